@@ -1,0 +1,64 @@
+"""One error shape for the whole API: {"error": {"code": "<stable_code>", "message": "…"}}."""
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+
+from askcards.errors import AskcardsError
+
+CODES = {
+    exceptions.NotAuthenticated: "not_authenticated",
+    exceptions.AuthenticationFailed: "invalid_key",
+    exceptions.PermissionDenied: "forbidden",
+    exceptions.NotFound: "not_found",
+    exceptions.MethodNotAllowed: "method_not_allowed",
+    exceptions.UnsupportedMediaType: "unsupported_media_type",
+    exceptions.ParseError: "malformed_json",
+    exceptions.NotAcceptable: "not_acceptable",
+    exceptions.Throttled: "throttled",
+    exceptions.ValidationError: "invalid_input",
+}
+
+
+def error_response(code: str, message: str, status_code: int, **extra: Any) -> Response:
+    return Response({"error": {"code": code, "message": message, **extra}}, status=status_code)
+
+
+def _flatten(detail: Any, prefix: str = "") -> list[str]:
+    if isinstance(detail, dict):
+        return [line for key, value in detail.items() for line in _flatten(value, f"{prefix}{key}.")]
+    if isinstance(detail, list):
+        return [line for item in detail for line in _flatten(item, prefix)]
+    return [f"{prefix.rstrip('.')}: {detail}" if prefix else str(detail)]
+
+
+def exception_handler(exc, context):
+    if isinstance(exc, AskcardsError):
+        return error_response(exc.code, exc.message, exc.status)
+    if isinstance(exc, exceptions.APIException):
+        code = CODES.get(type(exc), "error")
+        if isinstance(exc, exceptions.AuthenticationFailed) and isinstance(exc.detail, str):
+            code = getattr(exc.detail, "code", code) or code
+        if isinstance(exc, exceptions.NotAuthenticated):
+            message = "Authentication required: send 'Authorization: Bearer <agent key>'."
+            response = error_response(code, message, status.HTTP_401_UNAUTHORIZED)
+            response["WWW-Authenticate"] = "Bearer"
+            return response
+        if isinstance(exc, exceptions.ValidationError):
+            fields = exc.detail if isinstance(exc.detail, dict) else {"non_field_errors": exc.detail}
+            message = "; ".join(_flatten(fields))
+            return error_response(code, message, exc.status_code, fields=exc.detail)
+        if isinstance(exc, exceptions.ParseError):
+            message = f"Request body is not valid JSON ({exc.detail}); expected a JSON object."
+            return error_response(code, message, exc.status_code)
+        response = drf_exception_handler(exc, context)
+        if response is not None:
+            response.data = {"error": {"code": code, "message": str(exc.detail)}}
+            if isinstance(exc, exceptions.AuthenticationFailed):
+                response.status_code = status.HTTP_401_UNAUTHORIZED
+                response["WWW-Authenticate"] = "Bearer"
+        return response
+    return drf_exception_handler(exc, context)

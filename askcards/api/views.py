@@ -1,0 +1,237 @@
+"""Agent API (SPEC §7). Thin: validate → service or selector → serialize."""
+from __future__ import annotations
+
+from typing import Any
+
+from django.utils import timezone
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import status
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from askcards import events, outbox, selectors, services, tools
+from askcards.errors import AskNotPending, InvalidInput
+from askcards.models import Ask, Bot, Session
+
+from . import serializers as s
+from .longpoll import LongPoll
+
+
+def _session_data(session: Session) -> dict[str, Any]:
+    return {
+        "id": session.id,
+        "key": session.key,
+        "platform": session.platform,
+        "chat_type": session.chat_type,
+        "bot": session.bot.app_id if session.bot else None,
+        "chat_id": session.chat_id,
+        "user_id": session.user_id,
+        "user_name": session.user_name,
+        "web_user": session.web_user,
+        "parent": session.parent_id,
+        "tools": _tools_data(session),
+        "created_at": session.created_at.isoformat().replace("+00:00", "Z"),
+    }
+
+
+def _tools_data(session: Session) -> list[dict[str, Any]]:
+    return [
+        {"name": tool.name, "description": tool.description, "input_schema": tool.input_schema}
+        for tool in tools.tools_for(platform=session.platform, is_subagent=session.is_subagent)
+    ]
+
+
+def _validated(serializer_class, data) -> dict[str, Any]:
+    serializer = serializer_class(data=data)
+    serializer.is_valid(raise_exception=True)
+    return serializer.validated_data
+
+
+def _body(request) -> Any:
+    if not isinstance(request.data, dict):
+        raise InvalidInput("request body must be a JSON object")
+    return request.data
+
+
+class SessionUpsertApi(APIView):
+    @extend_schema(operation_id="session_upsert", request=s.SessionUpsertInput, responses={200: s.SessionOutput, 201: s.SessionOutput})
+    def post(self, request):
+        data = _validated(s.SessionUpsertInput, _body(request))
+        agent = request.user
+        if "bot" in data:
+            platform = data.get("platform") or (services.infer_platform(data["key"]) or (None,))[0]
+            bots = Bot.objects.filter(app_id=data["bot"], is_active=True)
+            if platform in Bot.Platform.values:
+                bots = bots.filter(platform=platform)
+            bot = bots.first()
+            if bot is None:
+                raise InvalidInput(f"no active bot with app_id/client_id {data['bot']!r}; add it with askcards_bot")
+            data["bot"] = bot
+        if "parent" in data:
+            data["parent"] = selectors.session_get(agent=agent, session_ref=data["parent"])
+        session, created = services.session_upsert(agent=agent, **data)
+        return Response(_session_data(session), status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+
+
+class SessionDetailApi(APIView):
+    @extend_schema(operation_id="session_read", responses=s.SessionOutput)
+    def get(self, request, session_id: str):
+        return Response(_session_data(selectors.session_get(agent=request.user, session_ref=session_id)))
+
+
+class SessionToolsApi(APIView):
+    @extend_schema(operation_id="session_tools", responses=s.ToolSerializer(many=True))
+    def get(self, request, session_id: str):
+        return Response(_tools_data(selectors.session_get(agent=request.user, session_ref=session_id)))
+
+
+class SessionMessageApi(APIView):
+    @extend_schema(operation_id="session_message", request=s.MessageInput, responses=s.RecoverOutput)
+    def post(self, request, session_id: str):
+        session = selectors.session_get(agent=request.user, session_ref=session_id)
+        data = _validated(s.MessageInput, _body(request))
+        return Response({"invalidated": services.session_message(session=session, sender_id=data["sender_id"])})
+
+
+class SessionRecoverApi(APIView):
+    @extend_schema(operation_id="session_recover", request=None, responses=s.RecoverOutput)
+    def post(self, request, session_id: str):
+        session = selectors.session_get(agent=request.user, session_ref=session_id)
+        return Response({"invalidated": services.session_recover(session=session)})
+
+
+class AgentRecoverApi(APIView):
+    @extend_schema(operation_id="agent_recover", request=None, responses=s.RecoverOutput)
+    def post(self, request):
+        return Response({"invalidated": services.agent_recover(agent=request.user)})
+
+
+def _ask_response(agent, ask_id: str, *, final: bool, wrap=None) -> Response | None:
+    """The ask as it is now; None while it is still open and the caller may keep waiting."""
+    ask = selectors.ask_get(agent=agent, ask_id=ask_id)
+    if not final and ask.is_open:
+        return None
+    if not ask.is_open:
+        outbox.mark_results_delivered([ask.id], timezone.now())
+    data = selectors.ask_data(ask)
+    return Response(wrap(ask, data) if wrap else data)
+
+
+def _tool_call_data(ask: Ask, data: dict[str, Any]) -> dict[str, Any]:
+    return {"status": ask.status, "ask": data, "tool_result": (ask.result or {}).get("tool_result")}
+
+
+class ToolCallApi(APIView):
+    """Run a tool call. With ``wait``, a blocking call waits up to that many seconds for its result."""
+
+    @extend_schema(operation_id="tool_call", request=s.ToolCallInput, responses=s.ToolCallOutput)
+    def post(self, request):
+        data = _validated(s.ToolCallInput, _body(request))
+        agent = request.user
+        session = selectors.session_get(agent=agent, session_ref=data["session"])
+        outcome = services.tool_call(
+            agent=agent,
+            session=session,
+            name=data["name"],
+            arguments=data["arguments"],
+            call_id=data.get("call_id"),
+            sender_id=data["sender_id"],
+            timeout_seconds=data.get("timeout_seconds"),
+        )
+        if outcome.ask is None:
+            return Response({"status": outcome.status, "ask": None, "tool_result": outcome.tool_result})
+        ask = outcome.ask
+        response = _ask_response(agent, ask.id, final=True, wrap=_tool_call_data)
+        if ask.is_open and data["wait"]:
+            response.long_poll = LongPoll(
+                groups=[events.ask_group(ask.id)],
+                timeout=data["wait"],
+                again=lambda final: _ask_response(agent, ask.id, final=final, wrap=_tool_call_data),
+            )
+        return response
+
+
+class AskListApi(APIView):
+    @extend_schema(operation_id="ask_list", 
+        parameters=[
+            OpenApiParameter("session", str, description="Session id or key"),
+            OpenApiParameter("status", str, enum=Ask.Status.values),
+            OpenApiParameter("limit", int, description="1-200, default 50"),
+        ],
+        responses=s.AskListOutput,
+    )
+    def get(self, request):
+        query = _validated(s.AskListQuery, request.query_params)
+        session = (
+            selectors.session_get(agent=request.user, session_ref=query["session"]) if "session" in query else None
+        )
+        asks = selectors.ask_list(agent=request.user, session=session, status=query.get("status"))
+        return Response({"asks": [selectors.ask_data(ask) for ask in asks[: query["limit"]]]})
+
+
+class AskDetailApi(APIView):
+    @extend_schema(operation_id="ask_read", responses=s.AskOutput)
+    def get(self, request, ask_id: str):
+        return _ask_response(request.user, ask_id, final=True)
+
+
+class AskWaitApi(APIView):
+    """Long-poll (≤ 60 s) until the ask is terminal; returns the ask either way."""
+
+    @extend_schema(operation_id="ask_wait", parameters=[OpenApiParameter("timeout", int, description="0-60 seconds, default 30")], responses=s.AskOutput)
+    def get(self, request, ask_id: str):
+        query = _validated(s.WaitQuery, request.query_params)
+        agent = request.user
+        response = _ask_response(agent, ask_id, final=True)
+        if response.data["status"] in Ask.OPEN and query["timeout"]:
+            response.long_poll = LongPoll(
+                groups=[events.ask_group(ask_id)],
+                timeout=query["timeout"],
+                again=lambda final: _ask_response(agent, ask_id, final=final),
+            )
+        return response
+
+
+class AskCancelApi(APIView):
+    @extend_schema(operation_id="ask_cancel", request=s.CancelInput, responses=s.AskOutput)
+    def post(self, request, ask_id: str):
+        data = _validated(s.CancelInput, _body(request) if request.body else {})
+        ask = selectors.ask_get(agent=request.user, ask_id=ask_id)
+        if not services.ask_cancel(ask=ask, reason=data["reason"], actor=f"agent:{request.user.name}"):
+            ask.refresh_from_db()
+            raise AskNotPending(f"ask {ask.id} is already {ask.status} ({ask.reason}); nothing was cancelled")
+        return _ask_response(request.user, ask_id, final=True)
+
+
+def _events_response(agent, after: int, limit: int, *, final: bool) -> Response | None:
+    page = selectors.events_after(agent=agent, after=after, limit=limit)
+    if not page and not final:
+        return None
+    last = page[-1].seq if page else after
+    return Response({"events": [selectors.event_data(event) for event in page], "last_seq": last})
+
+
+class EventsApi(APIView):
+    """The agent's events after ``after``; asking for ``after=N`` acknowledges every event up to N."""
+
+    @extend_schema(operation_id="events_read", 
+        parameters=[
+            OpenApiParameter("after", int, description="Last seq you have; acknowledges it and everything before"),
+            OpenApiParameter("wait", int, description="Long-poll up to this many seconds (0-60) when nothing is new"),
+            OpenApiParameter("limit", int, description="1-500, default 100"),
+        ],
+        responses=s.EventsOutput,
+    )
+    def get(self, request):
+        query = _validated(s.EventsQuery, request.query_params)
+        agent, after, limit = request.user, query["after"], query["limit"]
+        if after:
+            outbox.acknowledge(agent=agent, upto=after)
+        response = _events_response(agent, after, limit, final=True)
+        if not response.data["events"] and query["wait"]:
+            response.long_poll = LongPoll(
+                groups=[events.agent_group(agent.pk)],
+                timeout=query["wait"],
+                again=lambda final: _events_response(agent, after, limit, final=final),
+            )
+        return response

@@ -1,0 +1,9 @@
+from django.apps import AppConfig
+
+
+class AskcardsConfig(AppConfig):
+    name = "askcards"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from . import checks  # noqa: F401  (registers system checks)

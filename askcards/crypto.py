@@ -1,0 +1,61 @@
+"""Secrets at rest and keys: encryption of bot secrets, hashing of agent keys, webhook signing."""
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import secrets
+
+from cryptography.fernet import Fernet, InvalidToken
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+from django.conf import settings
+
+
+def _fernet() -> Fernet:
+    # Derive a dedicated key so the Django SECRET_KEY itself never encrypts data directly.
+    key = HKDF(algorithm=hashes.SHA256(), length=32, salt=b"askcards", info=b"secrets-at-rest").derive(
+        settings.SECRET_KEY.encode()
+    )
+    return Fernet(base64.urlsafe_b64encode(key))
+
+
+def encrypt(plaintext: str) -> str:
+    return _fernet().encrypt(plaintext.encode()).decode()
+
+
+def decrypt(token: str) -> str:
+    try:
+        return _fernet().decrypt(token.encode()).decode()
+    except InvalidToken:
+        raise ValueError(
+            "stored secret cannot be decrypted: ASKCARDS_SECRET_KEY differs from the one it was saved with"
+        ) from None
+
+
+AGENT_KEY_PREFIX = "ak_"
+
+
+def new_agent_key() -> str:
+    return AGENT_KEY_PREFIX + secrets.token_urlsafe(32)
+
+
+def hash_agent_key(key: str) -> str:
+    """Agent keys carry 256 random bits, so one SHA-256 is enough; lookups go by this hash."""
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def new_webhook_secret() -> str:
+    return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
+
+
+def webhook_signature(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
+    """Standard Webhooks: base64 HMAC-SHA256 over "{id}.{timestamp}.{body}" with the decoded secret."""
+    raw = base64.b64decode(secret.removeprefix("whsec_"))
+    signed = f"{msg_id}.{timestamp}.".encode() + body
+    return "v1," + base64.b64encode(hmac.new(raw, signed, hashlib.sha256).digest()).decode()
+
+
+def verify_webhook_signature(secret: str, msg_id: str, timestamp: int, body: bytes, header: str) -> bool:
+    expected = webhook_signature(secret, msg_id, timestamp, body)
+    return any(hmac.compare_digest(expected, candidate) for candidate in header.split())

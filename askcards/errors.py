@@ -1,0 +1,36 @@
+"""Domain errors with stable codes; the API renders them as {"error": {"code", "message"}}."""
+from __future__ import annotations
+
+
+class AskcardsError(Exception):
+    code = "error"
+    status = 400
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
+class InvalidInput(AskcardsError):
+    code = "invalid_input"
+    status = 400
+
+
+class NotFound(AskcardsError):
+    code = "not_found"
+    status = 404
+
+
+class UnknownTool(AskcardsError):
+    code = "unknown_tool"
+    status = 400
+
+
+class AskNotPending(AskcardsError):
+    code = "ask_not_pending"
+    status = 409
+
+
+class Conflict(AskcardsError):
+    code = "conflict"
+    status = 409

@@ -1,0 +1,430 @@
+"""askcards domain model (SPEC §3). Fields, choices, constraints; behaviour lives in services."""
+from __future__ import annotations
+
+import secrets
+
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from . import crypto
+
+
+def _public_id(prefix: str) -> str:
+    return f"{prefix}_{secrets.token_hex(16)}"
+
+
+def new_ask_id() -> str:
+    return _public_id("q")
+
+
+def new_session_id() -> str:
+    return _public_id("s")
+
+
+def new_out_track_id() -> str:
+    return _public_id("ask")
+
+
+class EncryptedTextField(models.TextField):
+    """Stored encrypted (Fernet, key derived from ASKCARDS_SECRET_KEY); Python side sees plaintext."""
+
+    def from_db_value(self, value, expression, connection):
+        if value in (None, ""):
+            return value
+        return crypto.decrypt(value)
+
+    def get_prep_value(self, value):
+        value = super().get_prep_value(value)
+        if value in (None, ""):
+            return value
+        return crypto.encrypt(value)
+
+
+class Agent(models.Model):
+    name = models.CharField(max_length=100, unique=True)
+    key_hash = models.CharField(max_length=64, unique=True, editable=False)
+    key_hint = models.CharField(max_length=12, editable=False, help_text="First characters of the key")
+    webhook_url = models.URLField(max_length=500, blank=True)
+    webhook_secret = EncryptedTextField(blank=True)
+    is_active = models.BooleanField(default=True)
+    # Last outbox sequence number handed out; bumped under the row lock, so commit order = seq order.
+    event_seq = models.BigIntegerField(default=0, editable=False)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def is_authenticated(self) -> bool:  # lets DRF treat an agent as request.user
+        return True
+
+
+class Bot(models.Model):
+    class Platform(models.TextChoices):
+        FEISHU = "feishu"
+        DINGTALK = "dingtalk"
+
+    class CallbackMode(models.TextChoices):
+        HTTP = "http"
+        STREAM = "stream"
+
+    platform = models.CharField(max_length=10, choices=Platform.choices)
+    # Feishu app_id, DingTalk client_id (robotCode).
+    app_id = models.CharField(max_length=100)
+    name = models.CharField(max_length=100, blank=True)
+    app_secret = EncryptedTextField(blank=True)
+    verification_token = EncryptedTextField(blank=True)
+    encrypt_key = EncryptedTextField(blank=True)
+    api_secret = EncryptedTextField(blank=True, help_text="DingTalk: signs HTTP card callbacks")
+    template_id = models.CharField(max_length=200, blank=True)
+    callback_mode = models.CharField(max_length=10, choices=CallbackMode.choices, default=CallbackMode.HTTP)
+    base_url = models.URLField(max_length=300)
+    is_active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["platform", "app_id"], name="bot_platform_app_id_unique"),
+            models.CheckConstraint(condition=Q(platform__in=["feishu", "dingtalk"]), name="bot_platform_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.platform}:{self.app_id}"
+
+
+class Session(models.Model):
+    class Platform(models.TextChoices):
+        FEISHU = "feishu"
+        DINGTALK = "dingtalk"
+        WECHAT = "wechat"
+        WEB = "web"
+
+    class ChatType(models.TextChoices):
+        P2P = "p2p"
+        GROUP = "group"
+
+    id = models.CharField(primary_key=True, max_length=34, default=new_session_id, editable=False)
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="sessions")
+    key = models.CharField(max_length=500)
+    platform = models.CharField(max_length=10, choices=Platform.choices)
+    bot = models.ForeignKey(Bot, null=True, blank=True, on_delete=models.PROTECT, related_name="sessions")
+    chat_type = models.CharField(max_length=5, choices=ChatType.choices, default=ChatType.P2P)
+    chat_id = models.CharField(max_length=200, blank=True)
+    user_id = models.CharField(max_length=200, blank=True)
+    user_name = models.CharField(max_length=200, blank=True)
+    web_user = models.CharField(max_length=150, blank=True, help_text="Django username whose panel shows the asks")
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children")
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["agent", "key"], name="session_agent_key_unique"),
+            models.CheckConstraint(
+                condition=Q(platform__in=["feishu", "dingtalk", "wechat", "web"]), name="session_platform_valid"
+            ),
+            models.CheckConstraint(condition=Q(chat_type__in=["p2p", "group"]), name="session_chat_type_valid"),
+        ]
+        indexes = [
+            # Panel: pending asks of the sessions a web user sees.
+            models.Index(fields=["web_user"], name="session_web_user_idx", condition=~Q(web_user="")),
+        ]
+
+    def __str__(self) -> str:
+        return self.key
+
+    @property
+    def is_subagent(self) -> bool:
+        return self.parent_id is not None
+
+
+class ProgressCard(models.Model):
+    """The Feishu task card of a session; one live card per session."""
+
+    class Status(models.TextChoices):
+        RUNNING = "running"
+        COMPLETED = "completed"
+        FAILED = "failed"
+        CANCELLED = "cancelled"
+        RECOVERING = "recovering"
+
+    session = models.OneToOneField(Session, on_delete=models.CASCADE, related_name="progress_card")
+    status = models.CharField(max_length=12, choices=Status.choices, default=Status.RUNNING)
+    title = models.CharField(max_length=500, blank=True)
+    content = models.TextField(blank=True)
+    detail_url = models.URLField(max_length=1000, blank=True)
+    sender_id = models.CharField(max_length=200, blank=True)
+    reply_to = models.CharField(max_length=200, blank=True)
+    version = models.PositiveIntegerField(default=0)
+    synced_version = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(status__in=["running", "completed", "failed", "cancelled", "recovering"]),
+                name="progress_card_status_valid",
+            )
+        ]
+
+
+class Ask(models.Model):
+    class Status(models.TextChoices):
+        RESERVED = "reserved"
+        PENDING = "pending"
+        ANSWERED = "answered"
+        CANCELLED = "cancelled"
+        EXPIRED = "expired"
+        INVALIDATED = "invalidated"
+        FAILED = "failed"
+
+    class Reason(models.TextChoices):
+        SUBMITTED = "submitted"
+        EMPTY = "empty"
+        COMPLETED = "completed"
+        BY_RESPONDENT = "by_respondent"
+        BY_AGENT = "by_agent"
+        BY_OPERATOR = "by_operator"
+        SESSION_CANCELLED = "session_cancelled"
+        PAUSE_FAILED = "pause_failed"
+        TIMEOUT = "timeout"
+        SUPERSEDED_BY_QUESTION = "superseded_by_question"
+        SUPERSEDED_BY_MESSAGE = "superseded_by_message"
+        RESTART = "restart"
+        DELIVERY_FAILED = "delivery_failed"
+        NO_SURFACE = "no_surface"
+        NOT_AVAILABLE = "not_available"
+
+    class Target(models.TextChoices):
+        NONE = "none"
+        USER = "user"
+        GROUP = "group"
+
+    OPEN = (Status.RESERVED, Status.PENDING)
+    REASONS = {
+        Status.ANSWERED: (Reason.SUBMITTED, Reason.EMPTY, Reason.COMPLETED),
+        Status.CANCELLED: (
+            Reason.BY_RESPONDENT,
+            Reason.BY_AGENT,
+            Reason.BY_OPERATOR,
+            Reason.SESSION_CANCELLED,
+            Reason.PAUSE_FAILED,
+        ),
+        Status.EXPIRED: (Reason.TIMEOUT,),
+        Status.INVALIDATED: (Reason.SUPERSEDED_BY_QUESTION, Reason.SUPERSEDED_BY_MESSAGE, Reason.RESTART),
+        Status.FAILED: (Reason.DELIVERY_FAILED, Reason.NO_SURFACE, Reason.NOT_AVAILABLE),
+    }
+
+    id = models.CharField(primary_key=True, max_length=34, default=new_ask_id, editable=False)
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="asks")
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="asks")
+    tool = models.CharField(max_length=64)
+    call_id = models.CharField(max_length=200, null=True, blank=True)
+    sender_id = models.CharField(max_length=200, blank=True)
+    blocking = models.BooleanField(default=True)
+    title = models.CharField(max_length=500, blank=True)
+    description = models.TextField(blank=True)
+    # Normalised tool input: questions (ask_user_questions / DingTalk DSL) or fields (DingTalk).
+    questions = models.JSONField(null=True, blank=True)
+    fields = models.JSONField(null=True, blank=True)
+    target_type = models.CharField(max_length=5, choices=Target.choices, default=Target.NONE)
+    target_id = models.CharField(max_length=256, blank=True)
+    scope_key = models.CharField(max_length=800, blank=True)
+    surfaces = models.JSONField(default=list, blank=True)
+    status = models.CharField(max_length=12, choices=Status.choices, default=Status.RESERVED)
+    reason = models.CharField(max_length=24, choices=Reason.choices, blank=True)
+    deadline = models.DateTimeField()
+    # Set once terminal: answers (ask_user_questions) / responses (DingTalk), tool_result, message.
+    result = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    activated_at = models.DateTimeField(null=True, blank=True)
+    closed_at = models.DateTimeField(null=True, blank=True)
+    result_delivered_at = models.DateTimeField(null=True, blank=True)
+    answers_purged_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(
+                    status__in=["reserved", "pending", "answered", "cancelled", "expired", "invalidated", "failed"]
+                ),
+                name="ask_status_valid",
+            ),
+            # Open asks have no reason and no close time; terminal asks have both.
+            models.CheckConstraint(
+                condition=(Q(status__in=["reserved", "pending"], reason="", closed_at__isnull=True))
+                | (
+                    Q(closed_at__isnull=False)
+                    & (
+                        Q(status="answered", reason__in=["submitted", "empty", "completed"])
+                        | Q(
+                            status="cancelled",
+                            reason__in=["by_respondent", "by_agent", "by_operator", "session_cancelled", "pause_failed"],
+                        )
+                        | Q(status="expired", reason="timeout")
+                        | Q(
+                            status="invalidated",
+                            reason__in=["superseded_by_question", "superseded_by_message", "restart"],
+                        )
+                        | Q(status="failed", reason__in=["delivery_failed", "no_surface", "not_available"])
+                    )
+                ),
+                name="ask_reason_matches_status",
+            ),
+            models.CheckConstraint(condition=Q(target_type__in=["none", "user", "group"]), name="ask_target_valid"),
+            models.UniqueConstraint(
+                fields=["agent", "call_id"], condition=Q(call_id__isnull=False), name="ask_agent_call_id_unique"
+            ),
+        ]
+        indexes = [
+            # Worker deadline sweep: open asks whose deadline has passed.
+            models.Index(fields=["deadline"], name="ask_open_deadline_idx", condition=Q(status__in=["reserved", "pending"])),
+            # Session-scoped reads: pending asks of a session (cards, recover, messages, supersede).
+            models.Index(fields=["session", "status"], name="ask_session_status_idx"),
+            # Agent's ask list, newest first.
+            models.Index(fields=["agent", "-created_at"], name="ask_agent_created_idx"),
+            # Retention purge: delivered results whose answers are still stored.
+            models.Index(
+                fields=["result_delivered_at"],
+                name="ask_purge_idx",
+                condition=Q(answers_purged_at__isnull=True, result_delivered_at__isnull=False),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.id
+
+    @property
+    def is_open(self) -> bool:
+        return self.status in self.OPEN
+
+
+class Respondent(models.Model):
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        SUBMITTED = "submitted"
+        EMPTY = "empty"
+        CANCELLED = "cancelled"
+        MISSING = "missing"
+
+    ask = models.ForeignKey(Ask, on_delete=models.CASCADE, related_name="respondents")
+    respondent_id = models.CharField(max_length=256, help_text="As given (case kept)")
+    # Case-folded id: matching is case-insensitive (DingTalk reference §2.4).
+    respondent_key = models.CharField(max_length=256, editable=False)
+    position = models.PositiveSmallIntegerField(default=0)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    answers = models.JSONField(null=True, blank=True)
+    answered_at = models.DateTimeField(null=True, blank=True)
+    surface = models.CharField(max_length=20, blank=True)
+
+    class Meta:
+        ordering = ["position"]
+        constraints = [
+            models.UniqueConstraint(fields=["ask", "respondent_key"], name="respondent_one_per_person"),
+            models.CheckConstraint(
+                condition=Q(status__in=["pending", "submitted", "empty", "cancelled", "missing"]),
+                name="respondent_status_valid",
+            ),
+        ]
+
+
+class CardMessage(models.Model):
+    """One platform message that shows an ask (DingTalk card) or a progress card (Feishu)."""
+
+    platform = models.CharField(max_length=10, choices=Bot.Platform.choices)
+    bot = models.ForeignKey(Bot, on_delete=models.PROTECT, related_name="card_messages")
+    ask = models.ForeignKey(Ask, null=True, blank=True, on_delete=models.CASCADE, related_name="card_messages")
+    progress_card = models.ForeignKey(
+        ProgressCard, null=True, blank=True, on_delete=models.CASCADE, related_name="card_messages"
+    )
+    # DingTalk outTrackId (ask_<hex>) or Feishu message_id.
+    message_id = models.CharField(max_length=200)
+    open_space_id = models.CharField(max_length=300, blank=True)
+    pushed = models.JSONField(null=True, blank=True, help_text="What was last pushed")
+    version = models.PositiveIntegerField(default=0)
+    synced_version = models.PositiveIntegerField(default=0)
+    next_sync_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["platform", "message_id"], name="card_message_platform_id_unique"),
+        ]
+        indexes = [
+            # Worker card sync: messages whose desired version is ahead of what was pushed.
+            models.Index(
+                fields=["next_sync_at"], name="card_message_unsynced_idx", condition=Q(version__gt=models.F("synced_version"))
+            ),
+        ]
+
+
+class AskEvent(models.Model):
+    """Append-only audit row: one per transition and one per rejected or ignored click."""
+
+    class Kind(models.TextChoices):
+        CREATED = "created"
+        ACTIVATED = "activated"
+        CLOSED = "closed"
+        RESPONDED = "responded"
+        IGNORED = "ignored"
+        SHOWN = "shown"
+        DELIVERED = "delivered"
+        PURGED = "purged"
+
+    ask = models.ForeignKey(Ask, on_delete=models.CASCADE, related_name="events")
+    kind = models.CharField(max_length=12, choices=Kind.choices)
+    from_status = models.CharField(max_length=12, blank=True)
+    to_status = models.CharField(max_length=12, blank=True)
+    actor = models.CharField(max_length=300, help_text="respondent:<id>, agent:<name>, operator:<user>, system")
+    surface = models.CharField(max_length=20, blank=True)
+    detail = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [models.Index(fields=["ask", "id"], name="ask_event_ask_idx")]
+
+
+class OutboxEvent(models.Model):
+    """Something the agent must learn; readable from /events, pushed by webhook when configured."""
+
+    class Type(models.TextChoices):
+        ASK_CLOSED = "ask.closed"
+        ASK_PROGRESS = "ask.progress"
+        SESSION_CANCEL_REQUESTED = "session.cancel_requested"
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="outbox")
+    seq = models.BigIntegerField()
+    type = models.CharField(max_length=40, choices=Type.choices)
+    ask = models.ForeignKey(Ask, null=True, blank=True, on_delete=models.CASCADE, related_name="outbox_events")
+    session = models.ForeignKey(Session, null=True, blank=True, on_delete=models.CASCADE, related_name="outbox_events")
+    # Small snapshot (status, counts); the ask itself is rendered at read time so purges apply.
+    data = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    attempts = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    claimed_until = models.DateTimeField(null=True, blank=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+    delivered_via = models.CharField(max_length=10, blank=True)
+    failed_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["agent", "seq"]
+        constraints = [models.UniqueConstraint(fields=["agent", "seq"], name="outbox_agent_seq_unique")]
+        indexes = [
+            # Worker webhook delivery: undelivered, not given up, due.
+            models.Index(
+                fields=["next_attempt_at"],
+                name="outbox_due_idx",
+                condition=Q(delivered_at__isnull=True, failed_at__isnull=True),
+            ),
+        ]
+
+    @property
+    def webhook_id(self) -> str:
+        return f"evt_{self.agent_id}_{self.seq}"

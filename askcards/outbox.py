@@ -1,0 +1,177 @@
+"""What agents must learn: appended inside the transition's transaction, read from /events,
+pushed by Standard Webhooks with retries. A row stays until the agent has it."""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from datetime import timedelta
+from typing import Any
+
+import requests
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from . import crypto, events
+from .models import Agent, Ask, OutboxEvent, Session
+from .selectors import event_data
+
+logger = logging.getLogger(__name__)
+
+# Seconds after each failed attempt; the last step repeats until the retry window closes.
+BACKOFF = (5, 15, 60, 300, 900, 1800, 3600)
+CLAIM_SECONDS = 60
+
+
+def append(
+    *,
+    agent_id: int,
+    type: str,
+    ask: Ask | None = None,
+    session: Session | None = None,
+    data: dict[str, Any] | None = None,
+) -> OutboxEvent:
+    """Add an event for the agent. Caller is inside the transition's transaction.
+
+    The sequence number is bumped on the agent row, whose lock is held until commit, so events of
+    one agent commit in sequence order and a reader never skips one that commits later.
+    """
+    Agent.objects.filter(pk=agent_id).update(event_seq=F("event_seq") + 1)
+    agent = Agent.objects.only("event_seq", "webhook_url").get(pk=agent_id)
+    event = OutboxEvent.objects.create(
+        agent_id=agent_id,
+        seq=agent.event_seq,
+        type=type,
+        ask=ask,
+        session=session,
+        data=data or {},
+        next_attempt_at=timezone.now() if agent.webhook_url else None,
+    )
+    transaction.on_commit(lambda: events.wake(events.agent_group(agent_id)))
+    return event
+
+
+def acknowledge(*, agent: Agent, upto: int) -> int:
+    """Reading /events?after=SEQ says the agent has every event up to SEQ."""
+    now = timezone.now()
+    with transaction.atomic():
+        asks = list(
+            OutboxEvent.objects.filter(
+                agent=agent, seq__lte=upto, delivered_at__isnull=True, type=OutboxEvent.Type.ASK_CLOSED
+            ).values_list("ask_id", flat=True)
+        )
+        count = OutboxEvent.objects.filter(agent=agent, seq__lte=upto, delivered_at__isnull=True).update(
+            delivered_at=now, delivered_via="feed", claimed_until=None
+        )
+        mark_results_delivered(asks, now)
+    return count
+
+
+def mark_results_delivered(ask_ids: list[str], now) -> None:
+    if ask_ids:
+        Ask.objects.filter(id__in=ask_ids, result_delivered_at__isnull=True).update(result_delivered_at=now)
+
+
+def _claim_due(now, limit: int) -> list[int]:
+    """Claim due webhook deliveries; a claimed row is invisible to other workers until it lapses."""
+    due = (
+        OutboxEvent.objects.filter(delivered_at__isnull=True, failed_at__isnull=True, next_attempt_at__lte=now)
+        .filter(Q(claimed_until__isnull=True) | Q(claimed_until__lt=now))
+        .order_by("next_attempt_at")
+    )
+    claimed = []
+    with transaction.atomic():
+        if transaction.get_connection().features.has_select_for_update_skip_locked:
+            due = due.select_for_update(skip_locked=True)
+        for event_id in due.values_list("id", flat=True)[:limit]:
+            # Conditional claim: on databases without SKIP LOCKED this is what stops a double claim.
+            if (
+                OutboxEvent.objects.filter(pk=event_id, delivered_at__isnull=True)
+                .filter(Q(claimed_until__isnull=True) | Q(claimed_until__lt=now))
+                .update(claimed_until=now + timedelta(seconds=CLAIM_SECONDS))
+            ):
+                claimed.append(event_id)
+    return claimed
+
+
+def deliver_due(*, now=None, limit: int = 20) -> int:
+    """One worker step: POST due events to their agents' webhooks. Returns how many were tried."""
+    now = now or timezone.now()
+    claimed = _claim_due(now, limit)
+    for event_id in claimed:
+        deliver_one(event_id)
+    return len(claimed)
+
+
+def deliver_one(event_id: int) -> bool:
+    event = (
+        OutboxEvent.objects.select_related("agent", "ask__session", "session")
+        .prefetch_related("ask__respondents")
+        .get(pk=event_id)
+    )
+    agent = event.agent
+    if event.delivered_at is not None:
+        return True
+    if not agent.webhook_url:
+        OutboxEvent.objects.filter(pk=event.pk).update(next_attempt_at=None, claimed_until=None)
+        return False
+    body = json.dumps(event_data(event), ensure_ascii=False, separators=(",", ":")).encode()
+    timestamp = int(time.time())
+    headers = {
+        "content-type": "application/json",
+        "webhook-id": event.webhook_id,
+        "webhook-timestamp": str(timestamp),
+        "user-agent": "askcards-webhook/1",
+    }
+    if agent.webhook_secret:
+        headers["webhook-signature"] = crypto.webhook_signature(agent.webhook_secret, event.webhook_id, timestamp, body)
+    error = ""
+    try:
+        response = requests.post(
+            agent.webhook_url, data=body, headers=headers, timeout=settings.ASKCARDS_WEBHOOK_TIMEOUT_SECONDS
+        )
+        if 200 <= response.status_code < 300:
+            now = timezone.now()
+            OutboxEvent.objects.filter(pk=event.pk, delivered_at__isnull=True).update(
+                delivered_at=now, delivered_via="webhook", claimed_until=None, attempts=F("attempts") + 1, last_error=""
+            )
+            if event.type == OutboxEvent.Type.ASK_CLOSED and event.ask_id:
+                mark_results_delivered([event.ask_id], now)
+            logger.info("webhook delivered agent=%s seq=%s type=%s", agent.pk, event.seq, event.type)
+            return True
+        error = f"HTTP {response.status_code}"
+    except requests.RequestException as exc:
+        error = type(exc).__name__
+    _schedule_retry(event, error)
+    return False
+
+
+def _schedule_retry(event: OutboxEvent, error: str) -> None:
+    now = timezone.now()
+    attempts = event.attempts + 1
+    delay = BACKOFF[min(attempts - 1, len(BACKOFF) - 1)]
+    give_up = now + timedelta(seconds=delay) > event.created_at + timedelta(hours=settings.ASKCARDS_WEBHOOK_RETRY_HOURS)
+    OutboxEvent.objects.filter(pk=event.pk).update(
+        attempts=attempts,
+        last_error=error,
+        claimed_until=None,
+        next_attempt_at=None if give_up else now + timedelta(seconds=delay),
+        failed_at=now if give_up else None,
+    )
+    logger.warning(
+        "webhook failed agent=%s seq=%s attempt=%s error=%s%s",
+        event.agent_id,
+        event.seq,
+        attempts,
+        error,
+        " (giving up; still readable from /events)" if give_up else "",
+    )
+
+
+def retry_now(event_ids: list[int]) -> int:
+    """Operator action: make failed or waiting deliveries due at once."""
+    return OutboxEvent.objects.filter(pk__in=event_ids, delivered_at__isnull=True).update(
+        next_attempt_at=timezone.now(), failed_at=None, claimed_until=None
+    )

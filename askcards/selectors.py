@@ -1,0 +1,101 @@
+"""Shared reads and the public shapes of asks and events (API, events feed and webhooks agree)."""
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.db.models import QuerySet
+
+from .errors import NotFound
+from .models import Agent, Ask, OutboxEvent, Session
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat().replace("+00:00", "Z") if value else None
+
+
+def session_get(*, agent: Agent, session_ref: str) -> Session:
+    """A session of this agent by id or key; another agent's session is simply not found."""
+    session = (
+        Session.objects.select_related("bot", "parent")
+        .filter(agent=agent)
+        .filter(id=session_ref)
+        .first()
+    ) or Session.objects.select_related("bot", "parent").filter(agent=agent, key=session_ref).first()
+    if session is None:
+        raise NotFound(f"no session {session_ref!r} (expected a session id or key of this agent)")
+    return session
+
+
+def ask_get(*, agent: Agent, ask_id: str) -> Ask:
+    ask = Ask.objects.select_related("session").filter(agent=agent, id=ask_id).first()
+    if ask is None:
+        raise NotFound(f"no ask {ask_id!r} (expected an ask id of this agent, like q_<32 hex>)")
+    return ask
+
+
+def ask_list(*, agent: Agent, session: Session | None = None, status: str | None = None) -> QuerySet[Ask]:
+    asks = Ask.objects.filter(agent=agent).select_related("session").prefetch_related("respondents")
+    if session is not None:
+        asks = asks.filter(session=session)
+    if status:
+        asks = asks.filter(status=status)
+    return asks.order_by("-created_at", "-id")
+
+
+def pending_asks_of_session(session: Session) -> QuerySet[Ask]:
+    return Ask.objects.filter(session=session, status=Ask.Status.PENDING).order_by("created_at", "id")
+
+
+def ask_data(ask: Ask) -> dict[str, Any]:
+    """The API shape of an ask (SPEC §7)."""
+    data: dict[str, Any] = {
+        "id": ask.id,
+        "session": {"id": ask.session_id, "key": ask.session.key},
+        "tool": ask.tool,
+        "status": ask.status,
+        "reason": ask.reason or None,
+        "title": ask.title,
+    }
+    if ask.fields is not None:
+        data["fields"] = ask.fields
+    else:
+        data["questions"] = ask.questions
+    data["target"] = (
+        None
+        if ask.target_type == Ask.Target.NONE
+        else {"type": ask.target_type, "id": ask.target_id}
+    )
+    data["respondents"] = [
+        {
+            "id": respondent.respondent_id,
+            "status": respondent.status,
+            "answered_at": _iso(respondent.answered_at),
+            "surface": respondent.surface or None,
+        }
+        for respondent in ask.respondents.all()
+    ]
+    data["surfaces"] = ask.surfaces
+    data["deadline"] = _iso(ask.deadline)
+    data["created_at"] = _iso(ask.created_at)
+    data["closed_at"] = _iso(ask.closed_at)
+    data["result"] = ask.result
+    return data
+
+
+def event_data(event: OutboxEvent) -> dict[str, Any]:
+    data = dict(event.data)
+    if event.ask_id is not None:
+        data["ask"] = ask_data(event.ask)
+    if event.session_id is not None:
+        data["session"] = {"id": event.session_id, "key": event.session.key}
+    return {"seq": event.seq, "type": event.type, "created_at": _iso(event.created_at), "data": data}
+
+
+def events_after(*, agent: Agent, after: int, limit: int = 100) -> list[OutboxEvent]:
+    return list(
+        OutboxEvent.objects.filter(agent=agent, seq__gt=after)
+        .select_related("ask__session", "session")
+        .prefetch_related("ask__respondents")
+        .order_by("seq")[:limit]
+    )

@@ -1,0 +1,485 @@
+"""Every write and lifecycle transition (SPEC §5).
+
+Each transition is one conditional UPDATE (``… WHERE status IN expected``): the caller that
+changes the row wins, every other caller gets ``False`` / a "lost" outcome and changes nothing
+but its own audit row. Audit rows and outbox events are written in the same transaction; surface
+updates and wake-ups run from ``transaction.on_commit``, never inside the transaction.
+"""
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from datetime import timedelta
+from functools import partial
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from . import crypto, events, outbox, surfaces, tools
+from .errors import InvalidInput, UnknownTool
+from .models import Agent, Ask, AskEvent, Bot, OutboxEvent, Respondent, Session
+from .tools import ask_user_questions
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT_SECONDS = 15 * 60
+MAX_TIMEOUT_SECONDS = 13 * 24 * 3600  # Feishu cards stop working after 14 days
+SYSTEM = "system"
+
+# Key patterns of the Feishu seed (§4.1): private chats and group workspaces.
+FEISHU_PRIVATE_KEY = re.compile(r"^feishu-(?P<bot>[^-/]+)-private-(?P<user>.+)$")
+FEISHU_GROUP_MARKER = "/feishu-chat/"
+
+
+# ---------------------------------------------------------------------------------------- sessions
+
+
+def infer_platform(key: str) -> tuple[str, str] | None:
+    """(platform, chat_type) from a session key, as the Feishu seed names its sessions."""
+    if FEISHU_PRIVATE_KEY.match(key):
+        return Session.Platform.FEISHU, Session.ChatType.P2P
+    if FEISHU_GROUP_MARKER in key:
+        return Session.Platform.FEISHU, Session.ChatType.GROUP
+    return None
+
+
+def session_upsert(
+    *,
+    agent: Agent,
+    key: str,
+    platform: str | None = None,
+    chat_type: str | None = None,
+    bot: Bot | None = None,
+    parent: Session | None = None,
+    **fields: str,
+) -> tuple[Session, bool]:
+    """Create the session of ``key`` or update the fields given. Returns (session, created)."""
+    inferred = infer_platform(key)
+    if platform is None and inferred:
+        platform, chat_type = inferred[0], chat_type or inferred[1]
+    if inferred is None and platform is None:
+        existing = Session.objects.filter(agent=agent, key=key).first()
+        if existing is None:
+            raise InvalidInput(
+                f"cannot infer the platform of session key {key!r}: give platform "
+                "(feishu, dingtalk, wechat or web), or use a key like feishu-<botId>-private-<userId>"
+            )
+    if inferred and not fields.get("user_id") and inferred[1] == Session.ChatType.P2P:
+        match = FEISHU_PRIVATE_KEY.match(key)
+        fields["user_id"] = match.group("user") if match else ""
+    if parent is not None and parent.agent_id != agent.id:
+        raise InvalidInput("parent must be a session of this agent")
+    values: dict[str, Any] = {name: value for name, value in fields.items() if value is not None}
+    if platform is not None:
+        values["platform"] = platform
+    if chat_type is not None:
+        values["chat_type"] = chat_type
+    if bot is not None:
+        values["bot"] = bot
+    if parent is not None:
+        values["parent"] = parent
+    try:
+        with transaction.atomic():
+            session, created = Session.objects.update_or_create(agent=agent, key=key, defaults=values)
+    except IntegrityError:
+        # Two upserts of one key raced; the loser updates the winner's row.
+        session = Session.objects.get(agent=agent, key=key)
+        for name, value in values.items():
+            setattr(session, name, value)
+        session.save()
+        created = False
+    return session, created
+
+
+# ------------------------------------------------------------------------------------- tool calls
+
+
+@dataclass
+class ToolCallOutcome:
+    status: str  # pending | answered | cancelled | expired | invalidated | failed | ok
+    tool_result: str | None
+    ask: Ask | None
+    created: bool
+
+
+def tool_call(
+    *,
+    agent: Agent,
+    session: Session,
+    name: str,
+    arguments: Any,
+    call_id: str | None = None,
+    sender_id: str = "",
+    timeout_seconds: int | None = None,
+) -> ToolCallOutcome:
+    """Run a model's tool call: validate, reserve, deliver, activate (or fail at once).
+
+    Raises UnknownTool for a name no session has. Everything else is a tool-level outcome the
+    model must see: invalid arguments, a tool this session lacks, no surface to ask on.
+    """
+    tool = tools.get(name)
+    if tool is None:
+        raise UnknownTool(f"unknown tool {name!r}; expected one of: {', '.join(sorted(tools.REGISTRY))}")
+    if call_id:
+        existing = Ask.objects.filter(agent=agent, call_id=call_id).select_related("session").first()
+        if existing is not None:
+            return _existing_outcome(existing, session, name)
+    if timeout_seconds is not None and not 1 <= timeout_seconds <= MAX_TIMEOUT_SECONDS:
+        raise InvalidInput(f"timeout_seconds must be from 1 to {MAX_TIMEOUT_SECONDS}, got {timeout_seconds}")
+
+    available = [t.name for t in tools.tools_for(platform=session.platform, is_subagent=session.is_subagent)]
+    try:
+        normalised = tools.validate(tool, arguments)
+    except tools.ToolInputError as exc:
+        return ToolCallOutcome("failed", tools.error_result("invalid_arguments", str(exc)), None, False)
+
+    owner = sender_id or session.user_id or session.web_user
+    now = timezone.now()
+    ask = Ask(
+        agent=agent,
+        session=session,
+        tool=name,
+        call_id=call_id or None,
+        sender_id=owner,
+        blocking=tool.blocking,
+        title=normalised.title,
+        description=normalised.description,
+        questions=normalised.questions,
+        fields=normalised.fields,
+        deadline=now + timedelta(seconds=timeout_seconds or DEFAULT_TIMEOUT_SECONDS),
+        created_at=now,
+    )
+    if name not in available:
+        failure = Ask.Reason.NOT_AVAILABLE
+        shown_on: list[Any] = []
+    else:
+        shown_on = surfaces.reachable_surfaces(session, name)
+        failure = None if shown_on else Ask.Reason.NO_SURFACE
+    ask.surfaces = [surface.name for surface in shown_on]
+    try:
+        with transaction.atomic():
+            ask.save(force_insert=True)
+            Respondent.objects.create(ask=ask, respondent_id=owner, respondent_key=owner.casefold(), position=0)
+            _audit(ask, AskEvent.Kind.CREATED, "", Ask.Status.RESERVED, f"agent:{agent.name}", detail={"tool": name})
+    except IntegrityError:
+        # A concurrent retry with the same call_id won the insert: return its ask.
+        existing = Ask.objects.select_related("session").get(agent=agent, call_id=call_id)
+        return _existing_outcome(existing, session, name)
+
+    if failure is not None:
+        _close(ask, Ask.OPEN, Ask.Status.FAILED, failure, SYSTEM)
+        return _outcome(ask, created=True)
+
+    for surface in shown_on:
+        try:
+            surface.deliver(ask)
+        except surfaces.DeliveryFailed as exc:
+            logger.warning("delivery of ask %s to %s failed: %s", ask.id, surface.name, exc)
+            _close(ask, Ask.OPEN, Ask.Status.FAILED, Ask.Reason.DELIVERY_FAILED, SYSTEM, detail={"error": str(exc)})
+            return _outcome(ask, created=True)
+    ask_activate(ask=ask)
+    return _outcome(ask, created=True)
+
+
+def _existing_outcome(ask: Ask, session: Session, name: str) -> ToolCallOutcome:
+    if ask.session_id != session.id or ask.tool != name:
+        raise InvalidInput(f"call_id was already used for another call (ask {ask.id}); use a new call_id")
+    return _outcome(ask, created=False)
+
+
+def _outcome(ask: Ask, *, created: bool) -> ToolCallOutcome:
+    ask.refresh_from_db()
+    result = ask.result or {}
+    return ToolCallOutcome(ask.status, result.get("tool_result"), ask, created)
+
+
+def ask_activate(*, ask: Ask) -> bool:
+    """reserved → pending once every surface has it; the surfaces then show it (after commit)."""
+    now = timezone.now()
+    with transaction.atomic():
+        won = Ask.objects.filter(pk=ask.pk, status=Ask.Status.RESERVED).update(
+            status=Ask.Status.PENDING, activated_at=now
+        )
+        if not won:
+            _audit_ignored(ask, "activate", SYSTEM, "")
+            return False
+        ask.status, ask.activated_at = Ask.Status.PENDING, now
+        _audit(ask, AskEvent.Kind.ACTIVATED, Ask.Status.RESERVED, Ask.Status.PENDING, SYSTEM)
+        transaction.on_commit(partial(_after_change, ask.pk, "show"))
+    return True
+
+
+# -------------------------------------------------------------------------------------- answers
+
+
+@dataclass
+class AnswerOutcome:
+    accepted: bool
+    ask: Ask
+    error: str = ""  # why it was not accepted: "not_pending", "not_respondent", "invalid"
+
+
+def ask_answer(
+    *,
+    ask_id: str,
+    answers: Any,
+    surface: str,
+    respondent_id: str | None = None,
+) -> AnswerOutcome:
+    """A person answered on a surface. The first valid answer wins; later ones change nothing.
+
+    ``answers`` is the seed's list of ``{question, selectedLabels, customInput}``. Invalid answers
+    raise nothing: they return ``accepted=False, error="invalid: …"`` so surfaces can tell the person.
+    ``respondent_id`` (when given) must be the ask's owner; surfaces that authorise otherwise
+    (a logged-in panel user) pass None.
+    """
+    ask = Ask.objects.select_related("session", "agent").get(pk=ask_id)
+    actor = f"respondent:{respondent_id or ask.sender_id}"
+    respondent = ask.respondents.first()
+    if respondent_id is not None and (respondent is None or respondent.respondent_key != respondent_id.casefold()):
+        _audit_ignored(ask, "not_respondent", actor, surface)
+        return AnswerOutcome(False, ask, "not_respondent")
+    try:
+        normalised = ask_user_questions.normalise_answers(ask.questions or [], answers)
+    except ValueError as exc:
+        return AnswerOutcome(False, ask, f"invalid: {exc}")
+    tool = tools.get(ask.tool)
+    result = tool.answers_result(ask.questions or [], normalised) if tool else {"answers": normalised}
+    result["tool_result"] = tools.dumps({"answers": normalised})
+    won = _close(
+        ask,
+        (Ask.Status.PENDING,),
+        Ask.Status.ANSWERED,
+        Ask.Reason.SUBMITTED,
+        actor,
+        surface=surface,
+        result=result,
+        respondent=(respondent, Respondent.Status.SUBMITTED, normalised),
+    )
+    if not won:
+        return AnswerOutcome(False, ask, "not_pending")
+    return AnswerOutcome(True, ask)
+
+
+# ------------------------------------------------------------------------------- other endings
+
+
+def ask_cancel(*, ask: Ask, reason: str = Ask.Reason.BY_AGENT, actor: str) -> bool:
+    """Cancel an open ask (agent, operator, respondent, session cancel). False if it was not open."""
+    if reason not in Ask.REASONS[Ask.Status.CANCELLED]:
+        raise InvalidInput(f"reason must be one of {', '.join(Ask.REASONS[Ask.Status.CANCELLED])}, got {reason!r}")
+    return _close(ask, Ask.OPEN, Ask.Status.CANCELLED, reason, actor)
+
+
+def ask_expire(*, ask: Ask, now=None) -> bool:
+    """The deadline passed (worker only). False if the ask ended another way first."""
+    now = now or timezone.now()
+    if ask.deadline > now:
+        return False
+    return _close(ask, Ask.OPEN, Ask.Status.EXPIRED, Ask.Reason.TIMEOUT, SYSTEM, now=now)
+
+
+def ask_invalidate(*, ask: Ask, reason: str, actor: str = SYSTEM) -> bool:
+    if reason not in Ask.REASONS[Ask.Status.INVALIDATED]:
+        raise InvalidInput(f"reason must be one of {', '.join(Ask.REASONS[Ask.Status.INVALIDATED])}")
+    return _close(ask, Ask.OPEN, Ask.Status.INVALIDATED, reason, actor)
+
+
+def session_message(*, session: Session, sender_id: str = "") -> int:
+    """An ordinary inbound message arrived: it supersedes the sender's open, non-targeted asks.
+
+    Blocking asks (ask_user_questions) are not touched: the seed treats a text reply as a new
+    inbound message, not as an answer, and the model is still waiting for its tool result.
+    """
+    asks = Ask.objects.filter(
+        session=session, status__in=Ask.OPEN, target_type=Ask.Target.NONE, blocking=False
+    )
+    if sender_id:
+        asks = asks.filter(sender_id=sender_id)
+    return sum(
+        ask_invalidate(ask=ask, reason=Ask.Reason.SUPERSEDED_BY_MESSAGE, actor=f"respondent:{sender_id}")
+        for ask in asks
+    )
+
+
+def session_recover(*, session: Session) -> int:
+    """The agent restarted (SPEC §5.5): its open non-targeted asks lose their context."""
+    asks = Ask.objects.filter(session=session, status__in=Ask.OPEN, target_type=Ask.Target.NONE)
+    return sum(ask_invalidate(ask=ask, reason=Ask.Reason.RESTART, actor=f"agent:{session.agent.name}") for ask in asks)
+
+
+def agent_recover(*, agent: Agent) -> int:
+    return sum(session_recover(session=session) for session in Session.objects.filter(agent=agent).select_related("agent"))
+
+
+def expire_due(*, now=None, limit: int = 200) -> int:
+    """Worker step: expire open asks whose deadline passed (including while nothing ran)."""
+    now = now or timezone.now()
+    due = Ask.objects.filter(status__in=Ask.OPEN, deadline__lte=now).select_related("session", "agent")
+    return sum(ask_expire(ask=ask, now=now) for ask in due.order_by("deadline")[:limit])
+
+
+def purge_answers(*, now=None) -> int:
+    """Worker step: drop answer bodies N days after the result reached the agent (0 = at once)."""
+    now = now or timezone.now()
+    cutoff = now - timedelta(days=settings.ASKCARDS_ANSWER_RETENTION_DAYS)
+    purged = 0
+    due = Ask.objects.filter(answers_purged_at__isnull=True, result_delivered_at__lte=cutoff).exclude(
+        status__in=Ask.OPEN
+    )
+    for ask in due.order_by("result_delivered_at")[:500]:
+        with transaction.atomic():
+            if not Ask.objects.filter(pk=ask.pk, answers_purged_at__isnull=True).update(
+                answers_purged_at=now, result=_purged_result(ask.result)
+            ):
+                continue
+            Respondent.objects.filter(ask=ask).update(answers=None)
+            _audit(ask, AskEvent.Kind.PURGED, ask.status, ask.status, SYSTEM)
+            purged += 1
+    return purged
+
+
+def _purged_result(result: dict[str, Any] | None) -> dict[str, Any] | None:
+    if result is None:
+        return None
+    kept = {key: value for key, value in result.items() if key not in {"answers", "responses", "tool_result", "message"}}
+    kept["purged"] = True
+    return kept
+
+
+# ---------------------------------------------------------------------------------- the machine
+
+
+def _close(
+    ask: Ask,
+    expected: tuple[str, ...],
+    status: str,
+    reason: str,
+    actor: str,
+    *,
+    surface: str = "",
+    result: dict[str, Any] | None = None,
+    respondent: tuple[Respondent | None, str, Any] | None = None,
+    detail: dict[str, Any] | None = None,
+    now=None,
+) -> bool:
+    """The one terminal transition: conditional UPDATE, audit row, result event, on-commit hooks."""
+    now = now or timezone.now()
+    if result is None:
+        result = {"tool_result": tools.error_result(reason)} if ask.blocking else {}
+    with transaction.atomic():
+        # Lock the ask row first (no-op on SQLite, whose IMMEDIATE transactions serialise writers)
+        # so multi-row work below sees the state the conditional update decided on.
+        current = Ask.objects.select_for_update().filter(pk=ask.pk).values_list("status", flat=True).first()
+        won = (
+            current in expected
+            and Ask.objects.filter(pk=ask.pk, status__in=expected).update(
+                status=status, reason=reason, closed_at=now, result=result
+            )
+        )
+        if not won:
+            _audit_ignored(ask, f"{status}/{reason}", actor, surface, current=current)
+            return False
+        from_status = current
+        ask.status, ask.reason, ask.closed_at, ask.result = status, reason, now, result
+        if respondent is not None and respondent[0] is not None:
+            row, row_status, answers = respondent
+            Respondent.objects.filter(pk=row.pk, status=Respondent.Status.PENDING).update(
+                status=row_status, answers=answers, answered_at=now, surface=surface
+            )
+        _audit(ask, AskEvent.Kind.CLOSED, from_status, status, actor, surface, {"reason": reason, **(detail or {})})
+        outbox.append(
+            agent_id=ask.agent_id,
+            type=OutboxEvent.Type.ASK_CLOSED,
+            ask=ask,
+            data={"status": status, "reason": reason},
+        )
+        transaction.on_commit(partial(_after_change, ask.pk, "withdraw"))
+    logger.info("ask %s %s→%s (%s) by %s via %s", ask.id, from_status, status, reason, actor.split(":")[0], surface or "-")
+    return True
+
+
+def _after_change(ask_id: str, hook: str) -> None:
+    events.wake(events.ask_group(ask_id))
+    ask = Ask.objects.select_related("session", "agent").filter(pk=ask_id).first()
+    if ask is not None:
+        surfaces.run_hook(hook, ask)
+
+
+def _audit(
+    ask: Ask,
+    kind: str,
+    from_status: str,
+    to_status: str,
+    actor: str,
+    surface: str = "",
+    detail: dict[str, Any] | None = None,
+) -> None:
+    AskEvent.objects.create(
+        ask_id=ask.pk,
+        kind=kind,
+        from_status=from_status,
+        to_status=to_status,
+        actor=actor,
+        surface=surface,
+        detail=detail or {},
+    )
+
+
+def _audit_ignored(ask: Ask, attempted: str, actor: str, surface: str, current: str | None = None) -> None:
+    """A losing or rejected attempt leaves a trace and nothing else."""
+    if current is None:
+        current = Ask.objects.filter(pk=ask.pk).values_list("status", flat=True).first() or ""
+    with transaction.atomic():
+        _audit(ask, AskEvent.Kind.IGNORED, current, current, actor, surface, {"attempted": attempted})
+
+
+# ------------------------------------------------------------------------------- agents and bots
+
+
+def agent_create(*, name: str, webhook_url: str = "") -> tuple[Agent, str]:
+    """Create an agent; returns it and its API key, which is shown this once and stored hashed."""
+    if not name.strip():
+        raise InvalidInput("agent name must not be blank")
+    if Agent.objects.filter(name=name).exists():
+        raise InvalidInput(f"an agent named {name!r} already exists")
+    key = crypto.new_agent_key()
+    agent = Agent.objects.create(
+        name=name,
+        key_hash=crypto.hash_agent_key(key),
+        key_hint=key[:10],
+        webhook_url=webhook_url,
+        webhook_secret=crypto.new_webhook_secret() if webhook_url else "",
+    )
+    return agent, key
+
+
+def agent_rotate_key(*, agent: Agent) -> str:
+    """Replace the agent's key; the old one stops working at once."""
+    key = crypto.new_agent_key()
+    Agent.objects.filter(pk=agent.pk).update(key_hash=crypto.hash_agent_key(key), key_hint=key[:10])
+    agent.key_hash, agent.key_hint = crypto.hash_agent_key(key), key[:10]
+    return key
+
+
+BOT_BASE_URLS = {Bot.Platform.FEISHU: "https://open.feishu.cn", Bot.Platform.DINGTALK: "https://api.dingtalk.com"}
+
+
+def bot_add(*, platform: str, app_id: str, app_secret: str, base_url: str = "", **secrets_and_options: str) -> Bot:
+    """Register a Feishu or DingTalk app. Secrets are encrypted at rest."""
+    if platform not in Bot.Platform.values:
+        raise InvalidInput(f"platform must be feishu or dingtalk, got {platform!r}")
+    if not app_id.strip() or not app_secret.strip():
+        raise InvalidInput("app id and app secret must not be blank")
+    if Bot.objects.filter(platform=platform, app_id=app_id).exists():
+        raise InvalidInput(f"a {platform} bot with id {app_id!r} already exists")
+    bot = Bot(platform=platform, app_id=app_id, app_secret=app_secret, base_url=base_url or BOT_BASE_URLS[platform])
+    for name, value in secrets_and_options.items():
+        if value is not None:
+            setattr(bot, name, value)
+    bot.full_clean()
+    bot.save()
+    return bot

@@ -1,0 +1,72 @@
+"""The seam every place that shows an ask plugs into (web panel, Feishu card, DingTalk card).
+
+A surface module provides one object with:
+
+- ``name`` — stored in ``Ask.surfaces`` and in audit rows.
+- ``reachable(session, tool)`` — can this surface show this tool's ask to this session's person now?
+  Decides ``no_surface``; must be correct across processes (read the database or Redis).
+- ``deliver(ask)`` — called after the ask is reserved and committed, outside any transaction and
+  before activation, for platforms that must create a message synchronously (DingTalk
+  ``createAndDeliver``). Raise ``DeliveryFailed`` to fail the ask with ``delivery_failed``.
+- ``show(ask)`` — after the activation commits: push to panels, schedule a card render.
+- ``withdraw(ask)`` — after a terminal transition commits: tell every place still showing the ask.
+
+``show`` and ``withdraw`` run from ``transaction.on_commit`` hooks and must not raise: a surface
+that fails logs and leaves retries to the worker's card sync.
+Surfaces are listed in ``settings.ASKCARDS_SURFACES`` (dotted paths), in the order they are tried.
+"""
+from __future__ import annotations
+
+import logging
+from functools import lru_cache
+from typing import TYPE_CHECKING, Protocol
+
+from django.conf import settings
+from django.utils.module_loading import import_string
+
+if TYPE_CHECKING:
+    from askcards.models import Ask, Session
+
+logger = logging.getLogger(__name__)
+
+
+class DeliveryFailed(Exception):
+    """A surface could not put the ask in front of the person."""
+
+
+class Surface(Protocol):
+    name: str
+
+    def reachable(self, session: Session, tool: str) -> bool: ...
+
+    def deliver(self, ask: Ask) -> None: ...
+
+    def show(self, ask: Ask) -> None: ...
+
+    def withdraw(self, ask: Ask) -> None: ...
+
+
+@lru_cache(maxsize=None)
+def _load(paths: tuple[str, ...]) -> tuple[Surface, ...]:
+    return tuple(import_string(path)() for path in paths)
+
+
+def all_surfaces() -> tuple[Surface, ...]:
+    return _load(tuple(settings.ASKCARDS_SURFACES))
+
+
+def reachable_surfaces(session: Session, tool: str) -> list[Surface]:
+    return [surface for surface in all_surfaces() if surface.reachable(session, tool)]
+
+
+def by_name(names: list[str]) -> list[Surface]:
+    return [surface for surface in all_surfaces() if surface.name in names]
+
+
+def run_hook(hook: str, ask: Ask) -> None:
+    """Call show/withdraw on every surface the ask is on; one failing surface never stops the rest."""
+    for surface in by_name(ask.surfaces):
+        try:
+            getattr(surface, hook)(ask)
+        except Exception:
+            logger.exception("surface %s.%s failed for ask %s", surface.name, hook, ask.id)

@@ -1,0 +1,28 @@
+"""ASGI entry point: HTTP (Django, plus the long-poll endpoints served without a thread per
+waiter) and WebSocket routing."""
+import os
+
+from django.core.asgi import get_asgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
+django_asgi_app = get_asgi_application()  # before importing anything that touches models
+
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
+from django.urls import path, re_path  # noqa: E402
+
+from askcards.api.longpoll import LongPollApp  # noqa: E402
+from askcards.api.urls import LONG_POLL_VIEWS  # noqa: E402
+
+http_routes = [path(f"api/v1/{route}", LongPollApp(view.as_view())) for route, view in LONG_POLL_VIEWS.items()]
+http_routes.append(re_path(r"^", django_asgi_app))  # everything else: Django
+
+websocket_routes: list = []
+
+application = ProtocolTypeRouter(
+    {
+        # Static files (admin, panel) are served here too, so one daphne process is a whole service.
+        "http": ASGIStaticFilesHandler(URLRouter(http_routes)),
+        "websocket": URLRouter(websocket_routes),
+    }
+)

@@ -1,0 +1,96 @@
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+from rest_framework.test import APIClient
+
+from askcards import services
+from askcards.models import Session
+from tests.surfaces import RecordingSurface
+
+QUESTIONS = [
+    {
+        "question": "Which database should we use?",
+        "header": "Database",
+        "options": [
+            {"label": "PostgreSQL", "description": "Relational"},
+            {"label": "SQLite", "description": "Embedded"},
+        ],
+        "multiSelect": False,
+    }
+]
+
+
+def service_available(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def require_service(name: str, host: str, port: int) -> None:
+    """Skip when the service is absent, unless ASKCARDS_REQUIRE_SERVICES=1 (CI), then fail."""
+    if service_available(host, port):
+        return
+    message = f"{name} is not reachable at {host}:{port}"
+    if os.environ.get("ASKCARDS_REQUIRE_SERVICES") == "1":
+        pytest.fail(f"{message}, and ASKCARDS_REQUIRE_SERVICES=1 requires it")
+    pytest.skip(f"{message}; start it (or run .ci/run) to include these tests")
+
+
+@pytest.fixture(autouse=True)
+def recording_surface(settings):
+    settings.ASKCARDS_SURFACES = ["tests.surfaces.RecordingSurface"]
+    RecordingSurface.reset()
+    yield RecordingSurface
+    RecordingSurface.reset()
+
+
+@pytest.fixture
+def agent_and_key(db):
+    return services.agent_create(name="agent-a")
+
+
+@pytest.fixture
+def agent(agent_and_key):
+    return agent_and_key[0]
+
+
+@pytest.fixture
+def other_agent(db):
+    return services.agent_create(name="agent-b")[0]
+
+
+@pytest.fixture
+def api(agent_and_key) -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {agent_and_key[1]}")
+    return client
+
+
+@pytest.fixture
+def web_session(agent) -> Session:
+    session, _ = services.session_upsert(agent=agent, key="web/alice", platform="web", web_user="alice", user_id="alice")
+    return session
+
+
+@pytest.fixture
+def present_session(web_session, recording_surface) -> Session:
+    recording_surface.present.add(web_session.id)
+    return web_session
+
+
+@pytest.fixture
+def pending_ask(agent, present_session):
+    outcome = services.tool_call(
+        agent=agent, session=present_session, name="ask_user_questions", arguments={"questions": QUESTIONS}
+    )
+    assert outcome.status == "pending"
+    return outcome.ask
+
+
+def answer_for(question: str = "Which database should we use?", labels=("PostgreSQL",), custom=None):
+    return [{"question": question, "selectedLabels": list(labels), "customInput": custom}]
