@@ -15,13 +15,14 @@ import asyncio
 import logging
 from dataclasses import dataclass
 from io import BytesIO
-from typing import Callable
+from typing import Any, Callable
 
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.core.handlers.asgi import ASGIRequest
 from django.db import close_old_connections, connections
 from django.http import HttpResponse
+from rest_framework.renderers import JSONRenderer
 
 logger = logging.getLogger(__name__)
 
@@ -30,8 +31,8 @@ logger = logging.getLogger(__name__)
 class LongPoll:
     groups: list[str]
     timeout: float
-    # again(final) -> response, or None when still waiting (only when final is False).
-    again: Callable[[bool], HttpResponse | None]
+    # again(final) -> the response body (JSON data), or None while still waiting (final=False only).
+    again: Callable[[bool], Any]
 
 
 def _in_pool(fn, *args, **kwargs):
@@ -84,9 +85,9 @@ class LongPollApp:
         disconnect = asyncio.ensure_future(receive())
         try:
             # The state may have changed between the view's read and the subscription.
-            response = await _in_pool(poll.again, False)
-            if response is not None:
-                return response
+            data = await _in_pool(poll.again, False)
+            if data is not None:
+                return _json(data)
             wake = asyncio.ensure_future(layer.receive(channel))
             deadline = asyncio.get_running_loop().time() + poll.timeout
             while True:
@@ -99,16 +100,20 @@ class LongPollApp:
                     wake.cancel()
                     return None
                 if wake in done:
-                    response = await _in_pool(poll.again, False)
-                    if response is not None:
-                        return response
+                    data = await _in_pool(poll.again, False)
+                    if data is not None:
+                        return _json(data)
                     wake = asyncio.ensure_future(layer.receive(channel))
-            return await _in_pool(poll.again, True)
+            return _json(await _in_pool(poll.again, True))
         finally:
             if not disconnect.done():
                 disconnect.cancel()
             for group in poll.groups:
                 await layer.group_discard(group, channel)
+
+
+def _json(data: Any) -> HttpResponse:
+    return HttpResponse(JSONRenderer().render(data), content_type="application/json")
 
 
 async def _send(response: HttpResponse, send) -> None:

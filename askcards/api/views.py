@@ -106,15 +106,17 @@ class AgentRecoverApi(APIView):
         return Response({"invalidated": services.agent_recover(agent=request.user)})
 
 
-def _ask_response(agent, ask_id: str, *, final: bool, wrap=None) -> Response | None:
-    """The ask as it is now; None while it is still open and the caller may keep waiting."""
+def _ask_body(agent, ask_id: str, *, final: bool, wrap=None) -> dict[str, Any] | None:
+    """The ask as it is now; None while it is still open and the caller may keep waiting.
+
+    Handing a terminal ask's result to its agent counts as delivering it (retention clock)."""
     ask = selectors.ask_get(agent=agent, ask_id=ask_id)
     if not final and ask.is_open:
         return None
     if not ask.is_open:
         outbox.mark_results_delivered([ask.id], timezone.now())
     data = selectors.ask_data(ask)
-    return Response(wrap(ask, data) if wrap else data)
+    return wrap(ask, data) if wrap else data
 
 
 def _tool_call_data(ask: Ask, data: dict[str, Any]) -> dict[str, Any]:
@@ -141,12 +143,12 @@ class ToolCallApi(APIView):
         if outcome.ask is None:
             return Response({"status": outcome.status, "ask": None, "tool_result": outcome.tool_result})
         ask = outcome.ask
-        response = _ask_response(agent, ask.id, final=True, wrap=_tool_call_data)
+        response = Response(_ask_body(agent, ask.id, final=True, wrap=_tool_call_data))
         if ask.is_open and data["wait"]:
             response.long_poll = LongPoll(
                 groups=[events.ask_group(ask.id)],
                 timeout=data["wait"],
-                again=lambda final: _ask_response(agent, ask.id, final=final, wrap=_tool_call_data),
+                again=lambda final: _ask_body(agent, ask.id, final=final, wrap=_tool_call_data),
             )
         return response
 
@@ -172,7 +174,7 @@ class AskListApi(APIView):
 class AskDetailApi(APIView):
     @extend_schema(operation_id="ask_read", responses=s.AskOutput)
     def get(self, request, ask_id: str):
-        return _ask_response(request.user, ask_id, final=True)
+        return Response(_ask_body(request.user, ask_id, final=True))
 
 
 class AskWaitApi(APIView):
@@ -182,12 +184,12 @@ class AskWaitApi(APIView):
     def get(self, request, ask_id: str):
         query = _validated(s.WaitQuery, request.query_params)
         agent = request.user
-        response = _ask_response(agent, ask_id, final=True)
+        response = Response(_ask_body(agent, ask_id, final=True))
         if response.data["status"] in Ask.OPEN and query["timeout"]:
             response.long_poll = LongPoll(
                 groups=[events.ask_group(ask_id)],
                 timeout=query["timeout"],
-                again=lambda final: _ask_response(agent, ask_id, final=final),
+                again=lambda final: _ask_body(agent, ask_id, final=final),
             )
         return response
 
@@ -200,15 +202,15 @@ class AskCancelApi(APIView):
         if not services.ask_cancel(ask=ask, reason=data["reason"], actor=f"agent:{request.user.name}"):
             ask.refresh_from_db()
             raise AskNotPending(f"ask {ask.id} is already {ask.status} ({ask.reason}); nothing was cancelled")
-        return _ask_response(request.user, ask_id, final=True)
+        return Response(_ask_body(request.user, ask_id, final=True))
 
 
-def _events_response(agent, after: int, limit: int, *, final: bool) -> Response | None:
+def _events_body(agent, after: int, limit: int, *, final: bool) -> dict[str, Any] | None:
     page = selectors.events_after(agent=agent, after=after, limit=limit)
     if not page and not final:
         return None
     last = page[-1].seq if page else after
-    return Response({"events": [selectors.event_data(event) for event in page], "last_seq": last})
+    return {"events": [selectors.event_data(event) for event in page], "last_seq": last}
 
 
 class EventsApi(APIView):
@@ -227,11 +229,11 @@ class EventsApi(APIView):
         agent, after, limit = request.user, query["after"], query["limit"]
         if after:
             outbox.acknowledge(agent=agent, upto=after)
-        response = _events_response(agent, after, limit, final=True)
+        response = Response(_events_body(agent, after, limit, final=True))
         if not response.data["events"] and query["wait"]:
             response.long_poll = LongPoll(
                 groups=[events.agent_group(agent.pk)],
                 timeout=query["wait"],
-                again=lambda final: _events_response(agent, after, limit, final=final),
+                again=lambda final: _events_body(agent, after, limit, final=final),
             )
         return response

@@ -1,0 +1,99 @@
+"""Long-polls through the real ASGI application (project.asgi), woken by the channel layer."""
+import asyncio
+import json
+import time
+
+import pytest
+from channels.db import database_sync_to_async
+from channels.testing import HttpCommunicator
+
+from askcards import services
+from project.asgi import application
+from tests.conftest import QUESTIONS, answer_for
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
+
+
+def _get(path, key, body=None, method="GET"):
+    headers = [(b"authorization", f"Bearer {key}".encode())]
+    raw = json.dumps(body).encode() if body is not None else b""
+    if body is not None:
+        headers += [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode())]
+    return HttpCommunicator(application, method, path, body=raw, headers=headers)
+
+
+async def _later(delay, fn, **kwargs):
+    await asyncio.sleep(delay)
+    return await database_sync_to_async(fn)(**kwargs)
+
+
+async def test_wait_returns_when_answered(agent_and_key, pending_ask):
+    started = time.monotonic()
+    answering = asyncio.ensure_future(_later(0.3, services.ask_answer, ask_id=pending_ask.id, answers=answer_for(), surface="web"))
+    response = await _get(f"/api/v1/asks/{pending_ask.id}/wait?timeout=20", agent_and_key[1]).get_response(timeout=25)
+    await answering
+    data = json.loads(response["body"])
+    assert response["status"] == 200 and data["status"] == "answered"
+    assert data["result"]["answers"][0]["selectedLabels"] == ["PostgreSQL"]
+    assert time.monotonic() - started < 5
+
+
+async def test_wait_times_out_with_pending_ask(agent_and_key, pending_ask):
+    started = time.monotonic()
+    response = await _get(f"/api/v1/asks/{pending_ask.id}/wait?timeout=1", agent_and_key[1]).get_response(timeout=10)
+    assert json.loads(response["body"])["status"] == "pending"
+    assert time.monotonic() - started >= 0.9
+
+
+async def test_wait_on_closed_ask_returns_at_once(agent_and_key, pending_ask):
+    await database_sync_to_async(services.ask_cancel)(ask=pending_ask, actor="agent:a")
+    started = time.monotonic()
+    response = await _get(f"/api/v1/asks/{pending_ask.id}/wait?timeout=30", agent_and_key[1]).get_response(timeout=10)
+    assert json.loads(response["body"])["status"] == "cancelled"
+    assert time.monotonic() - started < 3
+
+
+async def test_wait_for_unknown_ask_is_404(agent_and_key):
+    response = await _get("/api/v1/asks/q_" + "0" * 32 + "/wait?timeout=5", agent_and_key[1]).get_response(timeout=10)
+    assert response["status"] == 404
+    assert json.loads(response["body"])["error"]["code"] == "not_found"
+
+
+async def test_wait_without_key_is_401(pending_ask):
+    response = await HttpCommunicator(application, "GET", f"/api/v1/asks/{pending_ask.id}/wait").get_response(timeout=10)
+    assert response["status"] == 401
+
+
+async def test_tool_call_wait_returns_tool_result(agent_and_key, present_session):
+    body = {"session": present_session.key, "name": "ask_user_questions", "arguments": {"questions": QUESTIONS}, "wait": 20}
+
+    async def answer_when_asked():
+        for _ in range(100):
+            asks = await database_sync_to_async(lambda: list(present_session.asks.values_list("id", flat=True)))()
+            if asks:
+                return await _later(0.2, services.ask_answer, ask_id=asks[0], answers=answer_for(custom="Oracle"), surface="web")
+            await asyncio.sleep(0.05)
+
+    answering = asyncio.ensure_future(answer_when_asked())
+    response = await _get("/api/v1/tools/call", agent_and_key[1], body, method="POST").get_response(timeout=25)
+    await answering
+    data = json.loads(response["body"])
+    assert data.get("status") == "answered", data
+    assert json.loads(data["tool_result"]) == {
+        "answers": [{"question": QUESTIONS[0]["question"], "selectedLabels": [], "customInput": "Oracle"}]
+    }
+
+
+async def test_events_long_poll_wakes_on_new_event(agent_and_key, pending_ask):
+    answering = asyncio.ensure_future(_later(0.3, services.ask_cancel, ask=pending_ask, actor="agent:a"))
+    started = time.monotonic()
+    response = await _get("/api/v1/events?after=0&wait=20", agent_and_key[1]).get_response(timeout=25)
+    await answering
+    data = json.loads(response["body"])
+    assert [event["type"] for event in data["events"]] == ["ask.closed"]
+    assert data["last_seq"] == 1 and time.monotonic() - started < 5
+
+
+async def test_events_long_poll_times_out_empty(agent_and_key):
+    response = await _get("/api/v1/events?after=0&wait=1", agent_and_key[1]).get_response(timeout=10)
+    assert json.loads(response["body"]) == {"events": [], "last_seq": 0}
