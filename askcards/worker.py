@@ -16,7 +16,7 @@ from django.conf import settings
 from django.db import close_old_connections, connections
 from django.utils import timezone
 
-from . import outbox, services
+from . import outbox, services, surfaces
 
 logger = logging.getLogger(__name__)
 
@@ -31,9 +31,10 @@ class Worker:
         """One pass over every duty; returns the amount of work done."""
         close_old_connections()
         try:
-            done = services.expire_due()
-            done += outbox.deliver_due()
             now = timezone.now()
+            done = services.expire_due(now=now)
+            done += outbox.deliver_due(now=now)
+            done += surfaces.sync_due(now)
             if self._last_purge is None or now - self._last_purge >= PURGE_EVERY:
                 self._last_purge = now
                 done += services.purge_answers(now=now)

@@ -28,6 +28,11 @@ class RecordingSurface:
     def withdraw(self, ask) -> None:
         self._record("withdraw", ask)
 
+    def sync_due(self, now) -> int:
+        with self._lock:
+            self.calls.append(("sync_due", "", ""))
+        return 0
+
     def _record(self, hook: str, ask) -> None:
         with self._lock:
             self.calls.append((hook, ask.id, ask.status))

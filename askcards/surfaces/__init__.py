@@ -10,6 +10,9 @@ A surface module provides one object with:
   ``createAndDeliver``). Raise ``DeliveryFailed`` to fail the ask with ``delivery_failed``.
 - ``show(ask)`` — after the activation commits: push to panels, schedule a card render.
 - ``withdraw(ask)`` — after a terminal transition commits: tell every place still showing the ask.
+- ``sync_due(now)`` (optional) — a worker step: push what changed to platform messages whose
+  desired version is ahead of what was pushed (``CardMessage.version > synced_version``), retrying
+  what failed. Returns how much work it did.
 
 ``show`` and ``withdraw`` run from ``transaction.on_commit`` hooks and must not raise: a surface
 that fails logs and leaves retries to the worker's card sync.
@@ -61,6 +64,20 @@ def reachable_surfaces(session: Session, tool: str) -> list[Surface]:
 
 def by_name(names: list[str]) -> list[Surface]:
     return [surface for surface in all_surfaces() if surface.name in names]
+
+
+def sync_due(now) -> int:
+    """Worker step: let every surface that keeps platform messages in sync do its due work."""
+    done = 0
+    for surface in all_surfaces():
+        step = getattr(surface, "sync_due", None)
+        if step is None:
+            continue
+        try:
+            done += step(now)
+        except Exception:
+            logger.exception("card sync of surface %s failed; retrying next tick", surface.name)
+    return done
 
 
 def run_hook(hook: str, ask: Ask) -> None:
