@@ -428,3 +428,16 @@ class OutboxEvent(models.Model):
     @property
     def webhook_id(self) -> str:
         return f"evt_{self.agent_id}_{self.seq}"
+
+
+class PanelPresence(models.Model):
+    """One connected web panel socket. A user is present while a row of theirs is fresh; rows of a
+    crashed process simply go stale (PRESENCE_TTL), so presence is right across processes."""
+
+    username = models.CharField(max_length=150)
+    channel_name = models.CharField(max_length=200, unique=True)
+    last_seen = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        # reachable(): is any fresh socket of this user connected?
+        indexes = [models.Index(fields=["username", "last_seen"], name="panel_presence_user_idx")]

@@ -1,0 +1,79 @@
+"""The web panel surface: asks pushed live to a logged-in user's browser over ``/ws/panel/``.
+
+Presence is kept in the database (one row per connected socket, refreshed by a heartbeat, stale
+after ``PRESENCE_TTL``), so every process agrees on whether a panel is connected — it decides
+``no_surface``. Pushes go through the channel layer group of the user.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+from datetime import timedelta
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.utils import timezone
+
+from askcards.models import Ask, PanelPresence, Session
+
+logger = logging.getLogger(__name__)
+
+PRESENCE_TTL = timedelta(seconds=90)
+HEARTBEAT_SECONDS = 30
+
+
+def panel_group(username: str) -> str:
+    # Group names allow only [a-zA-Z0-9_.-]; usernames may hold anything else.
+    return "askcards.panel." + hashlib.sha256(username.encode()).hexdigest()[:32]
+
+
+def presence_touch(*, username: str, channel_name: str) -> None:
+    PanelPresence.objects.update_or_create(
+        channel_name=channel_name, defaults={"username": username, "last_seen": timezone.now()}
+    )
+
+
+def presence_drop(*, channel_name: str) -> None:
+    PanelPresence.objects.filter(channel_name=channel_name).delete()
+
+
+def is_present(username: str) -> bool:
+    return PanelPresence.objects.filter(username=username, last_seen__gte=timezone.now() - PRESENCE_TTL).exists()
+
+
+def presence_purge_stale() -> int:
+    return PanelPresence.objects.filter(last_seen__lt=timezone.now() - PRESENCE_TTL).delete()[0]
+
+
+def ask_message(ask: Ask) -> dict:
+    return {"type": "ask_user_questions", "requestId": ask.id, "sessionId": ask.session_id, "questions": ask.questions}
+
+
+def cancelled_message(ask: Ask) -> dict:
+    return {"type": "ask_user_questions_cancelled", "requestId": ask.id, "reason": ask.reason or ask.status}
+
+
+class WebSurface:
+    name = "web"
+
+    def reachable(self, session: Session, tool: str) -> bool:
+        return tool == "ask_user_questions" and bool(session.web_user) and is_present(session.web_user)
+
+    def deliver(self, ask: Ask) -> None:
+        """Nothing to create up front: the panel is pushed after activation."""
+
+    def show(self, ask: Ask) -> None:
+        self._push(ask, "panel.show")
+
+    def withdraw(self, ask: Ask) -> None:
+        self._push(ask, "panel.withdraw")
+
+    def sync_due(self, now) -> int:
+        presence_purge_stale()
+        return 0
+
+    def _push(self, ask: Ask, kind: str) -> None:
+        layer = get_channel_layer()
+        if layer is None or not ask.session.web_user:
+            return
+        async_to_sync(layer.group_send)(panel_group(ask.session.web_user), {"type": kind, "ask_id": ask.id})

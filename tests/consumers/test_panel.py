@@ -1,0 +1,151 @@
+"""The panel socket protocol (SPEC §6.3) with Channels' WebsocketCommunicator."""
+import json
+
+import pytest
+from channels.db import database_sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.conf import settings as django_settings
+from django.contrib.auth import get_user_model
+
+from askcards import services
+from askcards.models import Ask, PanelPresence
+from project.asgi import application
+from tests.conftest import QUESTIONS, answer_for
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
+
+
+@pytest.fixture
+def web_surface(settings, recording_surface):
+    settings.ASKCARDS_SURFACES = ["askcards.surfaces.web.WebSurface"]
+
+
+@pytest.fixture
+def users(db):
+    User = get_user_model()
+    return User.objects.create_user("alice", password="pw-alice-123"), User.objects.create_user("bob", password="pw-bob-123")
+
+
+async def _panel(user):
+    """A socket through the whole ASGI stack, logged in with a real session cookie."""
+    from django.test import Client
+
+    client = Client()
+    await database_sync_to_async(client.force_login)(user)
+    cookie = f"{django_settings.SESSION_COOKIE_NAME}={client.cookies[django_settings.SESSION_COOKIE_NAME].value}"
+    communicator = WebsocketCommunicator(
+        application, "/ws/panel/", headers=[(b"cookie", cookie.encode()), (b"origin", b"http://127.0.0.1"), (b"host", b"127.0.0.1")]
+    )
+    connected, _ = await communicator.connect(timeout=5)
+    assert connected
+    return communicator
+
+
+@database_sync_to_async
+def _ask(agent, session):
+    return services.tool_call(agent=agent, session=session, name="ask_user_questions", arguments={"questions": QUESTIONS})
+
+
+async def test_panel_rejects_anonymous_socket(web_surface):
+    communicator = WebsocketCommunicator(application, "/ws/panel/", headers=[(b"origin", b"http://127.0.0.1"), (b"host", b"127.0.0.1")])
+    connected, code = await communicator.connect(timeout=5)
+    assert not connected and code == 4401
+
+
+async def test_web_ask_without_panel_fails_no_surface(web_surface, agent, web_session):
+    outcome = await _ask(agent, web_session)
+    assert (outcome.status, json.loads(outcome.tool_result)["reason"]) == ("failed", "no_surface")
+
+
+async def test_connected_panel_receives_new_ask_live(web_surface, agent, web_session, users):
+    panel = await _panel(users[0])
+    outcome = await _ask(agent, web_session)
+    assert outcome.status == "pending" and outcome.ask.surfaces == ["web"]
+    message = await panel.receive_json_from(timeout=5)
+    assert message == {"type": "ask_user_questions", "requestId": outcome.ask.id, "sessionId": web_session.id, "questions": outcome.ask.questions}
+    await panel.disconnect()
+
+
+async def test_panel_gets_pending_asks_on_connect(web_surface, agent, web_session, users):
+    first = await _panel(users[0])
+    outcome = await _ask(agent, web_session)
+    await first.receive_json_from(timeout=5)
+    await first.disconnect()
+    again = await _panel(users[0])
+    message = await again.receive_json_from(timeout=5)
+    assert message["requestId"] == outcome.ask.id
+    await again.disconnect()
+
+
+async def test_panel_answer_wins_and_acks(web_surface, agent, web_session, users):
+    panel = await _panel(users[0])
+    outcome = await _ask(agent, web_session)
+    await panel.receive_json_from(timeout=5)
+    await panel.send_json_to({"type": "ask_user_questions_result", "requestId": outcome.ask.id, "answers": answer_for()})
+    ack = await panel.receive_json_from(timeout=5)
+    assert ack == {"type": "ask_user_questions_ack", "requestId": outcome.ask.id, "ok": True}
+    ask = await database_sync_to_async(Ask.objects.get)(pk=outcome.ask.id)
+    assert (ask.status, json.loads(ask.result["tool_result"])["answers"][0]["selectedLabels"]) == ("answered", ["PostgreSQL"])
+    await panel.disconnect()
+
+
+async def test_second_panel_told_when_first_answers(web_surface, agent, web_session, users):
+    one, two = await _panel(users[0]), await _panel(users[0])
+    outcome = await _ask(agent, web_session)
+    await one.receive_json_from(timeout=5)
+    await two.receive_json_from(timeout=5)
+    await one.send_json_to({"type": "ask_user_questions_result", "requestId": outcome.ask.id, "answers": answer_for()})
+    messages = [await two.receive_json_from(timeout=5)]
+    assert messages[0] == {"type": "ask_user_questions_cancelled", "requestId": outcome.ask.id, "reason": "submitted"}
+    await one.disconnect()
+    await two.disconnect()
+
+
+async def test_panel_cannot_answer_other_users_ask(web_surface, agent, web_session, users):
+    await _panel(users[0])  # alice is present, so the ask is pending
+    outcome = await _ask(agent, web_session)
+    bob = await _panel(users[1])
+    await bob.send_json_to({"type": "ask_user_questions_result", "requestId": outcome.ask.id, "answers": answer_for()})
+    ack = await bob.receive_json_from(timeout=5)
+    assert ack["ok"] is False and ack["error"] == "not_found"
+    ask = await database_sync_to_async(Ask.objects.get)(pk=outcome.ask.id)
+    assert ask.status == "pending"
+    await bob.disconnect()
+
+
+async def test_panel_invalid_answer_acks_error_and_keeps_ask(web_surface, agent, web_session, users):
+    panel = await _panel(users[0])
+    outcome = await _ask(agent, web_session)
+    await panel.receive_json_from(timeout=5)
+    await panel.send_json_to({"type": "ask_user_questions_result", "requestId": outcome.ask.id, "answers": [{"selectedLabels": [], "customInput": ""}]})
+    ack = await panel.receive_json_from(timeout=5)
+    assert ack["ok"] is False and ack["error"].startswith("invalid")
+    ask = await database_sync_to_async(Ask.objects.get)(pk=outcome.ask.id)
+    assert ask.status == "pending"
+    await panel.disconnect()
+
+
+async def test_panel_told_when_agent_cancels(web_surface, agent, web_session, users):
+    panel = await _panel(users[0])
+    outcome = await _ask(agent, web_session)
+    await panel.receive_json_from(timeout=5)
+    await database_sync_to_async(services.ask_cancel)(ask=outcome.ask, actor="agent:a")
+    assert await panel.receive_json_from(timeout=5) == {"type": "ask_user_questions_cancelled", "requestId": outcome.ask.id, "reason": "by_agent"}
+    await panel.disconnect()
+
+
+async def test_presence_ends_on_disconnect(web_surface, agent, web_session, users):
+    panel = await _panel(users[0])
+    assert await database_sync_to_async(PanelPresence.objects.filter(username="alice").count)() == 1
+    await panel.disconnect()
+    outcome = await _ask(agent, web_session)
+    assert outcome.status == "failed"
+
+
+async def test_malformed_message_gets_error_not_crash(web_surface, users):
+    panel = await _panel(users[0])
+    await panel.send_to(text_data="{not json")
+    assert (await panel.receive_json_from(timeout=5))["type"] == "error"
+    await panel.send_json_to({"type": "ask_user_questions_result", "requestId": 5})
+    assert (await panel.receive_json_from(timeout=5))["ok"] is False
+    await panel.disconnect()
