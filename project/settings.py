@@ -166,6 +166,8 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = DATA_DIR / "static"
 LOGIN_URL = "/admin/login/"
+# Admin messages carry keys shown once: keep them server-side, not in a (readable) signed cookie.
+MESSAGE_STORAGE = "django.contrib.messages.storage.session.SessionStorage"
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["askcards.api.auth.AgentKeyAuthentication"],

@@ -1,0 +1,538 @@
+"""Operator console (SPEC §8): inspect and cancel asks, manage agents and bots, see deliveries.
+
+Lifecycle rows (asks, audit, outbox) are read-only here: every change goes through the same
+services as the API, so an operator action writes the audit row, the outbox event and the card
+update exactly like any other actor. Secrets are write-only: no page ever renders one, except a
+freshly generated agent key or webhook secret, shown once in a message right after it is made.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.db import models
+from django.db.models import Count, Q, QuerySet
+from django.http import HttpRequest
+from django.utils.translation import ngettext
+
+from . import crypto, outbox, services
+from .models import Agent, Ask, AskEvent, Bot, CardMessage, OutboxEvent, Respondent, Session
+
+# ------------------------------------------------------------------------------------------- asks
+
+
+class ReadOnlyInline(admin.TabularInline):
+    extra = 0
+    can_delete = False
+    show_change_link = False
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return list(self.fields or ())
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+class RespondentInline(ReadOnlyInline):
+    model = Respondent
+    fields = ("respondent_id", "status", "answered_at", "surface", "answers")
+
+
+class CardMessageInline(ReadOnlyInline):
+    model = CardMessage
+    fields = ("platform", "bot", "message_id", "open_space_id", "version", "synced_version", "last_error", "updated_at")
+
+
+class AskEventInline(ReadOnlyInline):
+    model = AskEvent
+    verbose_name = "audit event"
+    verbose_name_plural = "audit trail"
+    fields = ("created_at", "kind", "from_status", "to_status", "actor", "surface", "detail")
+    ordering = ("id",)
+
+
+@admin.register(Ask)
+class AskAdmin(admin.ModelAdmin):
+    list_display = (
+        "id",
+        "title",
+        "status",
+        "reason",
+        "tool",
+        "platform",
+        "progress",
+        "deadline",
+        "created_at",
+    )
+    list_filter = ("status", "reason", "tool", "session__platform", "created_at")
+    search_fields = ("id", "title", "session__key", "respondents__respondent_id")
+    list_select_related = ("session",)
+    ordering = ("-created_at",)
+    actions = ("cancel_asks",)
+    inlines = (RespondentInline, CardMessageInline, AskEventInline)
+    fieldsets = (
+        (None, {"fields": ("id", "status", "reason", "progress", "tool", "title", "description")}),
+        ("Who", {"fields": ("agent", "session", "sender_id", "call_id", "blocking")}),
+        ("Question", {"fields": ("questions", "fields", "target_type", "target_id", "scope_key", "surfaces")}),
+        ("Result", {"fields": ("result",)}),
+        (
+            "Times",
+            {
+                "fields": (
+                    "deadline",
+                    "created_at",
+                    "activated_at",
+                    "closed_at",
+                    "result_delivered_at",
+                    "answers_purged_at",
+                )
+            },
+        ),
+    )
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Ask | None = None) -> list[str]:
+        return [name for _, options in self.fieldsets for name in options["fields"]]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Ask]:
+        # k/N for every row in the same query as the list itself.
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                respondents_total=Count("respondents", distinct=True),
+                respondents_done=Count(
+                    "respondents", filter=~Q(respondents__status=Respondent.Status.PENDING), distinct=True
+                ),
+            )
+        )
+
+    @admin.display(description="platform", ordering="session__platform")
+    def platform(self, ask: Ask) -> str:
+        return ask.session.platform
+
+    @admin.display(description="responded")
+    def progress(self, ask: Ask) -> str:
+        """k/N: respondents who are no longer pending, of all respondents."""
+        total = getattr(ask, "respondents_total", None)
+        if total is None:
+            rows = list(ask.respondents.values_list("status", flat=True))
+            total, done = len(rows), sum(status != Respondent.Status.PENDING for status in rows)
+        else:
+            done = ask.respondents_done
+        return f"{done}/{total}"
+
+    @admin.action(description="Cancel selected asks", permissions=("cancel",))
+    def cancel_asks(self, request: HttpRequest, queryset: QuerySet[Ask]) -> None:
+        # One service call per ask: each is its own conditional transition with its own audit
+        # row, outbox event and card update; an ask that ended meanwhile is simply not counted.
+        actor = f"operator:{request.user.get_username()}"
+        asks = list(queryset.order_by("created_at"))
+        cancelled = sum(
+            services.ask_cancel(ask=ask, reason=Ask.Reason.BY_OPERATOR, actor=actor) for ask in asks
+        )
+        total, skipped = len(asks), len(asks) - cancelled
+        text = ngettext("Cancelled %(k)d of %(n)d ask.", "Cancelled %(k)d of %(n)d asks.", total) % {
+            "k": cancelled,
+            "n": total,
+        }
+        if skipped:
+            text = text[:-1] + ngettext(
+                "; %(m)d was no longer pending.", "; %(m)d were no longer pending.", skipped
+            ) % {"m": skipped}
+        self.message_user(request, text, messages.SUCCESS if not skipped else messages.WARNING)
+
+    def has_cancel_permission(self, request: HttpRequest) -> bool:
+        # Cancelling is the one write an operator makes to an ask; it rides on the change permission
+        # while the change form itself stays read-only.
+        return request.user.has_perm(f"{Ask._meta.app_label}.change_ask")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Ask | None = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Ask | None = None) -> bool:
+        return False
+
+
+# --------------------------------------------------------------------------------------- sessions
+
+
+@admin.register(Session)
+class SessionAdmin(admin.ModelAdmin):
+    """Sessions are created by agents through the API; an operator may only re-point the web panel."""
+
+    list_display = ("id", "key", "agent", "platform", "chat_type", "user_id", "web_user", "open_asks", "created_at")
+    list_filter = ("platform", "chat_type", "agent", "created_at")
+    search_fields = ("id", "key", "user_id", "user_name", "chat_id", "web_user")
+    list_select_related = ("agent",)
+    ordering = ("-created_at",)
+    fields = (
+        "id",
+        "key",
+        "agent",
+        "platform",
+        "bot",
+        "chat_type",
+        "chat_id",
+        "user_id",
+        "user_name",
+        "web_user",
+        "parent",
+        "open_asks",
+        "created_at",
+        "updated_at",
+    )
+    editable_fields = ("web_user",)
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Session | None = None) -> list[str]:
+        return [name for name in self.fields if name not in self.editable_fields]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Session]:
+        return super().get_queryset(request).annotate(
+            open_count=Count("asks", filter=Q(asks__status__in=Ask.OPEN))
+        )
+
+    @admin.display(description="open asks", ordering="open_count")
+    def open_asks(self, session: Session) -> int:
+        return session.open_count
+
+    def save_model(self, request: HttpRequest, obj: Session, form: forms.ModelForm, change: bool) -> None:
+        # Only the edited column: a full save would overwrite fields the API changed meanwhile.
+        obj.save(update_fields=[*self.editable_fields, "updated_at"])
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Session | None = None) -> bool:
+        return False
+
+
+# ----------------------------------------------------------------------------------------- agents
+
+
+def _formfield(field: models.Field, **kwargs: Any) -> forms.Field | None:
+    # Django 6 makes https the scheme a bare host gets; opt in now (and silence the warning).
+    if isinstance(field, models.URLField):
+        kwargs.setdefault("assume_scheme", "https")
+    return field.formfield(**kwargs)
+
+
+class AgentAddForm(forms.ModelForm):
+    class Meta:
+        model = Agent
+        fields = ("name", "webhook_url")
+        formfield_callback = _formfield
+
+
+class AgentChangeForm(forms.ModelForm):
+    class Meta:
+        model = Agent
+        fields = ("name", "webhook_url", "is_active")
+        formfield_callback = _formfield
+
+
+@admin.register(Agent)
+class AgentAdmin(admin.ModelAdmin):
+    """Agents are created by ``services.agent_create``; the key exists in clear only in one message."""
+
+    list_display = ("name", "key_prefix", "is_active", "webhook_url", "webhook_secret_set", "event_seq", "created_at")
+    list_filter = ("is_active", "created_at")
+    search_fields = ("name", "key_hint", "webhook_url")
+    ordering = ("name",)
+    actions = ("rotate_key", "rotate_webhook_secret")
+    formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
+    readonly_fields = ("key_prefix", "webhook_secret_set", "event_seq", "created_at")
+
+    def get_form(self, request: HttpRequest, obj: Agent | None = None, change: bool = False, **kwargs: Any):
+        kwargs["form"] = AgentChangeForm if obj is not None else AgentAddForm
+        return super().get_form(request, obj, change=change, **kwargs)
+
+    def get_fields(self, request: HttpRequest, obj: Agent | None = None) -> list[str]:
+        if obj is None:
+            return ["name", "webhook_url"]
+        return ["name", "key_prefix", "is_active", "webhook_url", "webhook_secret_set", "event_seq", "created_at"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Agent | None = None) -> tuple[str, ...]:
+        return self.readonly_fields if obj is not None else ()
+
+    @admin.display(description="key starts with")
+    def key_prefix(self, agent: Agent) -> str:
+        return f"{agent.key_hint}…" if agent.key_hint else "-"
+
+    @admin.display(description="webhook secret set", boolean=True)
+    def webhook_secret_set(self, agent: Agent) -> bool:
+        return bool(agent.webhook_secret)
+
+    def save_model(self, request: HttpRequest, obj: Agent, form: forms.ModelForm, change: bool) -> None:
+        if not change:
+            created, key = services.agent_create(name=obj.name, webhook_url=obj.webhook_url)
+            obj.pk = created.pk
+            obj.refresh_from_db()
+            obj._state.adding = False
+            self.message_user(
+                request,
+                f"Agent {created.name} created. Its API key is shown this once; copy it now: {key}",
+                messages.SUCCESS,
+            )
+            if created.webhook_secret:
+                self._show_webhook_secret(request, created)
+            return
+        # Only the form's columns: a full save would write back a stale event_seq or key hash.
+        obj.save(update_fields=list(AgentChangeForm.Meta.fields))
+        if obj.webhook_url and not obj.webhook_secret:
+            # A webhook is always signed: an agent given a URL gets a secret, as at creation.
+            self._new_webhook_secret(request, obj)
+
+    @admin.action(description="Rotate key (the old key stops working at once)", permissions=("change",))
+    def rotate_key(self, request: HttpRequest, queryset: QuerySet[Agent]) -> None:
+        for agent in queryset.order_by("name"):
+            key = services.agent_rotate_key(agent=agent)
+            self.message_user(
+                request,
+                f"New key for agent {agent.name}; the old key no longer works. "
+                f"It is shown this once; copy it now: {key}",
+                messages.SUCCESS,
+            )
+
+    @admin.action(description="Rotate webhook secret", permissions=("change",))
+    def rotate_webhook_secret(self, request: HttpRequest, queryset: QuerySet[Agent]) -> None:
+        for agent in queryset.order_by("name"):
+            self._new_webhook_secret(request, agent)
+
+    def _new_webhook_secret(self, request: HttpRequest, agent: Agent) -> None:
+        agent.webhook_secret = crypto.new_webhook_secret()
+        agent.save(update_fields=["webhook_secret"])
+        self._show_webhook_secret(request, agent)
+
+    def _show_webhook_secret(self, request: HttpRequest, agent: Agent) -> None:
+        self.message_user(
+            request,
+            f"Webhook signing secret of agent {agent.name}, shown this once; copy it now: {agent.webhook_secret}",
+            messages.SUCCESS,
+        )
+
+    def has_delete_permission(self, request: HttpRequest, obj: Agent | None = None) -> bool:
+        # Deleting an agent would orphan its open cards; deactivate it instead.
+        return False
+
+
+# ------------------------------------------------------------------------------------------- bots
+
+SECRET_FIELDS = ("app_secret", "verification_token", "encrypt_key", "api_secret")
+PLATFORM_SECRETS = {
+    Bot.Platform.FEISHU: ("app_secret", "verification_token", "encrypt_key"),
+    Bot.Platform.DINGTALK: ("app_secret", "api_secret"),
+}
+
+
+def _secret_field(label: str, help_text: str) -> forms.CharField:
+    return forms.CharField(
+        label=label,
+        required=False,
+        strip=True,
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}),
+        help_text=help_text,
+    )
+
+
+class BotForm(forms.ModelForm):
+    """Secrets are write-only: never rendered, a blank field keeps the stored value."""
+
+    app_secret = _secret_field("App secret / client secret", "Feishu app_secret or DingTalk client secret.")
+    verification_token = _secret_field("Verification token", "Feishu only.")
+    encrypt_key = _secret_field("Encrypt key", "Feishu only.")
+    api_secret = _secret_field("API secret", "DingTalk only: signs HTTP card callbacks.")
+    clear_secrets = forms.MultipleChoiceField(
+        label="Clear secrets",
+        required=False,
+        choices=[(name, name) for name in SECRET_FIELDS[1:]],
+        widget=forms.CheckboxSelectMultiple,
+        help_text="Remove these stored secrets (the app secret cannot be cleared).",
+    )
+
+    class Meta:
+        model = Bot
+        fields = (
+            "platform",
+            "app_id",
+            "name",
+            "base_url",
+            "template_id",
+            "callback_mode",
+            "is_active",
+            *SECRET_FIELDS,
+        )
+        formfield_callback = _formfield
+        labels = {"app_id": "App ID / client ID (robotCode)"}
+        help_texts = {
+            "base_url": "Feishu: https://open.feishu.cn or https://open.larksuite.com; "
+            "DingTalk: https://api.dingtalk.com. Left blank when adding, the platform's default is used."
+        }
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        adding = self.instance.pk is None
+        if "base_url" in self.fields:
+            self.fields["base_url"].required = not adding
+        for name in SECRET_FIELDS:
+            # The decrypted value must not even sit in the form's initial data.
+            self.initial[name] = ""
+            if adding:
+                continue
+            state = "Set; leave blank to keep it." if getattr(self.instance, name) else "Not set."
+            self.fields[name].help_text = f"{state} {self.fields[name].help_text}"
+        if adding:
+            self.fields["app_secret"].required = True
+            del self.fields["clear_secrets"]
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        to_clear = set(cleaned.get("clear_secrets") or ())
+        for name in SECRET_FIELDS:
+            if name in to_clear:
+                cleaned[name] = ""
+            elif not cleaned.get(name) and self.instance.pk is not None:
+                cleaned[name] = getattr(self.instance, name)
+        return cleaned
+
+
+@admin.register(Bot)
+class BotAdmin(admin.ModelAdmin):
+    form = BotForm
+    formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
+    list_display = ("__str__", "platform", "app_id", "name", "base_url", "callback_mode", "is_active", "secrets")
+    list_filter = ("platform", "callback_mode", "is_active")
+    search_fields = ("app_id", "name", "template_id")
+    ordering = ("platform", "app_id")
+    readonly_fields = ("secrets", "created_at")
+
+    def get_fields(self, request: HttpRequest, obj: Bot | None = None) -> list[str]:
+        fields = ["platform", "app_id", "name", "base_url", "template_id", "callback_mode", "is_active", *SECRET_FIELDS]
+        if obj is not None:
+            fields += ["clear_secrets", "secrets", "created_at"]
+        return fields
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Bot | None = None) -> tuple[str, ...]:
+        # The platform decides which secrets mean what; changing it is adding another bot.
+        return (*self.readonly_fields, "platform") if obj is not None else ()
+
+    @admin.display(description="secrets")
+    def secrets(self, bot: Bot) -> str:
+        names = PLATFORM_SECRETS.get(bot.platform, SECRET_FIELDS)
+        return ", ".join(f"{name}: {'set' if getattr(bot, name) else 'not set'}" for name in names)
+
+    def save_model(self, request: HttpRequest, obj: Bot, form: forms.ModelForm, change: bool) -> None:
+        if change:
+            obj.save()
+            return
+        data = form.cleaned_data
+        created = services.bot_add(
+            platform=obj.platform,
+            app_id=obj.app_id,
+            app_secret=data["app_secret"],
+            base_url=obj.base_url,
+            name=obj.name,
+            verification_token=data["verification_token"],
+            encrypt_key=data["encrypt_key"],
+            api_secret=data["api_secret"],
+            template_id=obj.template_id,
+            callback_mode=obj.callback_mode,
+            is_active=obj.is_active,
+        )
+        obj.pk = created.pk
+        obj.refresh_from_db()
+        obj._state.adding = False
+
+
+# ----------------------------------------------------------------------------- outbox and audit
+
+
+class DeliveryStateFilter(admin.SimpleListFilter):
+    title = "delivery"
+    parameter_name = "delivery"
+
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, str]]:
+        return [("waiting", "waiting"), ("delivered", "delivered"), ("failed", "given up")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[OutboxEvent]) -> QuerySet[OutboxEvent]:
+        if self.value() == "waiting":
+            return queryset.filter(delivered_at__isnull=True, failed_at__isnull=True)
+        if self.value() == "delivered":
+            return queryset.filter(delivered_at__isnull=False)
+        if self.value() == "failed":
+            return queryset.filter(delivered_at__isnull=True, failed_at__isnull=False)
+        return queryset
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(OutboxEvent)
+class OutboxEventAdmin(ReadOnlyAdmin):
+    list_display = (
+        "agent",
+        "seq",
+        "type",
+        "ask_ref",
+        "attempts",
+        "next_attempt_at",
+        "delivered_at",
+        "failed_at",
+        "last_error",
+    )
+    list_filter = (DeliveryStateFilter, "type", "agent", "delivered_via", "created_at")
+    search_fields = ("ask__id", "session__key", "last_error")
+    list_select_related = ("agent",)
+    ordering = ("-created_at", "-seq")
+    actions = ("retry_delivery",)
+
+    @admin.display(description="ask", ordering="ask_id")
+    def ask_ref(self, event: OutboxEvent) -> str:
+        return event.ask_id or "-"
+
+    @admin.action(description="Retry delivery now", permissions=("retry",))
+    def retry_delivery(self, request: HttpRequest, queryset: QuerySet[OutboxEvent]) -> None:
+        ids = list(queryset.values_list("pk", flat=True))
+        due = outbox.retry_now(ids)
+        text = ngettext(
+            "%(k)d of %(n)d event is due for delivery now.", "%(k)d of %(n)d events are due for delivery now.", len(ids)
+        ) % {"k": due, "n": len(ids)}
+        if due < len(ids):
+            text += ngettext(" %(m)d was already delivered.", " %(m)d were already delivered.", len(ids) - due) % {
+                "m": len(ids) - due
+            }
+        self.message_user(request, text, messages.SUCCESS if due == len(ids) else messages.WARNING)
+
+    def has_retry_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm(f"{OutboxEvent._meta.app_label}.change_outboxevent")
+
+
+@admin.register(AskEvent)
+class AskEventAdmin(ReadOnlyAdmin):
+    """The audit trail is append-only: nobody adds, edits or deletes a row here."""
+
+    list_display = ("created_at", "ask_ref", "kind", "from_status", "to_status", "actor", "surface")
+    list_filter = ("kind", "surface", "to_status", "created_at")
+    search_fields = ("ask__id", "actor")
+    ordering = ("-id",)
+
+    @admin.display(description="ask", ordering="ask_id")
+    def ask_ref(self, event: AskEvent) -> str:
+        return event.ask_id
