@@ -100,9 +100,21 @@ def deliver_due(*, now=None, limit: int = 20) -> int:
     """One worker step: POST due events to their agents' webhooks. Returns how many were tried."""
     now = now or timezone.now()
     claimed = _claim_due(now, limit)
+    held_until = now + timedelta(seconds=CLAIM_SECONDS)  # what _claim_due stored: our claim token
     for event_id in claimed:
-        deliver_one(event_id)
+        # A batch can outlast its claim (20 POSTs of up to the webhook timeout each): renew the
+        # claim right before each POST, and skip the event if another worker has claimed it since.
+        if _renew_claim(event_id, held_until):
+            deliver_one(event_id)
     return len(claimed)
+
+
+def _renew_claim(event_id: int, held_until) -> bool:
+    return bool(
+        OutboxEvent.objects.filter(pk=event_id, claimed_until=held_until, delivered_at__isnull=True).update(
+            claimed_until=timezone.now() + timedelta(seconds=CLAIM_SECONDS)
+        )
+    )
 
 
 def deliver_one(event_id: int) -> bool:

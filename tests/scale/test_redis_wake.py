@@ -1,0 +1,133 @@
+"""A long-poll in one process is woken by an answer committed in another, through Redis (SPEC §8).
+
+``manage.py serve --no-worker`` runs with REDIS_URL; a client long-polls ``/asks/<id>/wait`` with
+a 20 s timeout; once the poll is parked (its channel is in the ask's Redis group), a separate
+race_actor process answers. The poll must return the answered ask within seconds: without a wake
+crossing processes it could only return at its timeout.
+"""
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import requests
+
+from tests.conftest import require_service
+from tests.scale import harness
+
+pytestmark = [pytest.mark.postgres, pytest.mark.redis]
+
+REDIS_HOST, REDIS_PORT, REDIS_DB = "127.0.0.1", 6379, 11
+POLL_TIMEOUT = 20  # seconds the server may hold the long-poll
+WAKE_WITHIN = 5  # seconds from the answer to the poll's response
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def redis_url():
+    require_service("Redis", REDIS_HOST, REDIS_PORT)  # before pg_db creates a database for nothing
+    return f"redis://{REDIS_HOST}:{REDIS_PORT}/{REDIS_DB}"
+
+
+@pytest.fixture(scope="module")
+def redis_env(redis_url, pg_db):
+    return {**pg_db.env, "REDIS_URL": redis_url}
+
+
+@pytest.fixture(scope="module")
+def server(redis_env, tmp_path_factory):
+    port = _free_port()
+    log = (tmp_path_factory.mktemp("serve") / "serve.log").open("w+")
+    proc = subprocess.Popen(
+        [sys.executable, "manage.py", "serve", f"127.0.0.1:{port}", "--no-worker", "--no-migrate"],
+        cwd=harness.PROJECT_DIR, env=redis_env, stdout=log, stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert proc.poll() is None, f"serve exited with {proc.returncode}:\n{_read(log)}"
+            try:
+                requests.get(f"{base}/api/v1/asks", timeout=2)
+                break
+            except requests.ConnectionError:
+                assert time.monotonic() < deadline, f"serve did not answer within 30 s:\n{_read(log)}"
+                time.sleep(0.2)
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+        log.close()
+
+
+def _read(log) -> str:
+    log.flush()
+    log.seek(0)
+    return log.read()[-4000:]
+
+
+def _wait_until_parked(ask_id: str, timeout: float = 10) -> None:
+    """The long-poll has subscribed its channel to the ask's group in Redis."""
+    import redis
+
+    client = redis.Redis(host=REDIS_HOST, port=REDIS_PORT, db=REDIS_DB, socket_timeout=2)
+    key = f"asgi:group:askcards.ask.{ask_id}"
+    deadline = time.monotonic() + timeout
+    try:
+        while not client.zcard(key):
+            assert time.monotonic() < deadline, f"the long-poll never joined {key}"
+            time.sleep(0.05)
+    finally:
+        client.close()
+
+
+def test_long_poll_is_woken_by_an_answer_from_another_process(pg_db, redis_env, server):
+    setup = harness.run_actor(pg_db, "setup", "--agent", "waiter", "--asks", "1", env=redis_env)
+    ask_id = setup["ask_ids"][0]
+    result: dict = {}
+
+    def long_poll() -> None:
+        try:
+            result["response"] = requests.get(
+                f"{server}/api/v1/asks/{ask_id}/wait",
+                params={"timeout": POLL_TIMEOUT},
+                headers={"Authorization": f"Bearer {setup['key']}"},
+                timeout=POLL_TIMEOUT + 10,
+            )
+        except Exception as exc:
+            result["error"] = exc
+        result["at"] = time.monotonic()
+
+    poller = threading.Thread(target=long_poll, daemon=True)
+    poller.start()
+    _wait_until_parked(ask_id)
+    time.sleep(0.5)  # past the poll's re-read after subscribing: only a wake can end it early now
+    assert poller.is_alive(), f"the long-poll returned before the answer: {result}"
+
+    answered_at = time.monotonic()
+    outcome = harness.run_actor(
+        pg_db, "act", "answer", "--surface", "web", "--label", "from-another-process", ask_id, env=redis_env
+    )
+    assert outcome["won"] == [ask_id]
+    poller.join(timeout=POLL_TIMEOUT + 15)
+
+    assert "error" not in result, result.get("error")
+    response = result["response"]
+    assert response.status_code == 200, response.text
+    assert response.json()["status"] == "answered"
+    # The actor process itself takes ~1 s to start; the wake must come long before the 20 s timeout.
+    assert result["at"] - answered_at < WAKE_WITHIN, f"woken after {result['at'] - answered_at:.1f} s"
+    print(f"long-poll returned {result['at'] - answered_at:.2f} s after the answering process started")
