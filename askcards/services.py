@@ -70,6 +70,9 @@ def session_upsert(
     if inferred and not fields.get("user_id") and inferred[1] == Session.ChatType.P2P:
         match = FEISHU_PRIVATE_KEY.match(key)
         fields["user_id"] = match.group("user") if match else ""
+        limit = Session._meta.get_field("user_id").max_length
+        if len(fields["user_id"]) > limit:
+            raise InvalidInput(f"the user_id in session key {key[:40]!r}… is longer than {limit} characters; give user_id")
     if parent is not None and parent.agent_id != agent.id:
         raise InvalidInput("parent must be a session of this agent")
     values: dict[str, Any] = {name: value for name, value in fields.items() if value is not None}
@@ -133,10 +136,17 @@ def tool_call(
     available = [t.name for t in tools.tools_for(platform=session.platform, is_subagent=session.is_subagent)]
     try:
         normalised = tools.validate(tool, arguments)
+        _reject_nul(arguments, "arguments")
     except tools.ToolInputError as exc:
         return ToolCallOutcome("failed", tools.error_result("invalid_arguments", str(exc)), None, False)
 
     owner = sender_id or session.user_id or session.web_user
+    key_limit = Respondent._meta.get_field("respondent_key").max_length
+    if len(owner.casefold()) > key_limit:
+        raise InvalidInput(
+            f"sender_id (else the session's user_id) {owner[:40]!r}… is too long: "
+            f"at most {key_limit} characters once case-folded"
+        )
     now = timezone.now()
     ask = Ask(
         agent=agent,
@@ -182,6 +192,19 @@ def tool_call(
             return _outcome(ask, created=True)
     ask_activate(ask=ask)
     return _outcome(ask, created=True)
+
+
+def _reject_nul(value: Any, path: str) -> None:
+    """PostgreSQL stores no NUL character in text or jsonb, and no question needs one."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise tools.ToolInputError(f"{path}: text must not contain NUL (\\u0000) characters")
+    elif isinstance(value, dict):
+        for name, item in value.items():
+            _reject_nul(item, f"{path}.{name}")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _reject_nul(item, f"{path}[{index}]")
 
 
 def _existing_outcome(ask: Ask, session: Session, name: str) -> ToolCallOutcome:
@@ -316,10 +339,21 @@ def agent_recover(*, agent: Agent) -> int:
 
 
 def expire_due(*, now=None, limit: int = 200) -> int:
-    """Worker step: expire open asks whose deadline passed (including while nothing ran)."""
+    """Worker step: expire open asks whose deadline passed (including while nothing ran).
+
+    Several workers sweep the same due asks: each first claims the ask's row (``SKIP LOCKED`` on
+    PostgreSQL; SQLite's IMMEDIATE transaction serialises) and moves on silently when another
+    worker holds it or has closed it, so "ignored" audit rows stay for real attempts.
+    """
     now = now or timezone.now()
     due = Ask.objects.filter(status__in=Ask.OPEN, deadline__lte=now).select_related("session", "agent")
-    return sum(ask_expire(ask=ask, now=now) for ask in due.order_by("deadline")[:limit])
+    expired = 0
+    for ask in due.order_by("deadline")[:limit]:
+        with transaction.atomic():
+            claim = Ask.objects.select_for_update(skip_locked=True).filter(pk=ask.pk, status__in=Ask.OPEN)
+            if list(claim.values_list("pk", flat=True)):
+                expired += ask_expire(ask=ask, now=now)
+    return expired
 
 
 def purge_answers(*, now=None) -> int:

@@ -1,8 +1,12 @@
 """One error shape for the whole API: {"error": {"code": "<stable_code>", "message": "…"}}."""
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
+from django.http import Http404
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -35,7 +39,29 @@ def _flatten(detail: Any, prefix: str = "") -> list[str]:
     return [f"{prefix.rstrip('.')}: {detail}" if prefix else str(detail)]
 
 
+def _from_django(exc, context):
+    """Django's own 404/403/400 exceptions get the API's error shape instead of an HTML page."""
+    if isinstance(exc, Http404):
+        request = context.get("request")
+        try:
+            fmt = request.query_params.get("format") if request is not None else None
+        except SuspiciousOperation:
+            fmt = None
+        if fmt is not None:  # DRF's format override found no renderer
+            return exceptions.NotFound(f"unknown response format {fmt!r}: this API only answers JSON; drop 'format'")
+        return exceptions.NotFound(str(exc) or "Not found.")
+    if isinstance(exc, DjangoPermissionDenied):
+        return exceptions.PermissionDenied(str(exc) or None)
+    return exc
+
+
 def exception_handler(exc, context):
+    exc = _from_django(exc, context)
+    if isinstance(exc, SuspiciousOperation):
+        logging.getLogger(f"django.security.{type(exc).__name__}").warning("%s", exc)
+        if isinstance(exc, RequestDataTooBig):
+            return error_response("request_too_large", f"{exc} Send a smaller request.", 413)
+        return error_response("bad_request", str(exc) or "Bad request.", status.HTTP_400_BAD_REQUEST)
     if isinstance(exc, AskcardsError):
         return error_response(exc.code, exc.message, exc.status)
     if isinstance(exc, exceptions.APIException):

@@ -15,22 +15,43 @@ class StrictSerializer(serializers.Serializer):
         if isinstance(data, dict):
             unknown = sorted(set(data) - set(self.fields))
             if unknown:
-                raise serializers.ValidationError(
-                    {name: [f"unknown field; expected one of: {', '.join(self.fields)}"] for name in unknown}
-                )
+                expected = f"expected one of: {', '.join(self.fields)}" if self.fields else "this request takes no fields"
+                raise serializers.ValidationError({name: [f"unknown field; {expected}"] for name in unknown})
         return super().to_internal_value(data)
 
 
+class JsonString(serializers.CharField):
+    """A JSON string: a number or boolean sent for a text field is an error, not silently text."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class JsonInteger(serializers.IntegerField):
+    """A JSON number: a quoted number sent in a JSON body is an error (query strings use IntegerField)."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class NoInput(StrictSerializer):
+    """Endpoints without parameters: an empty body or {}."""
+
+
 class SessionUpsertInput(StrictSerializer):
-    key = serializers.CharField(max_length=500, help_text="Unique per agent; may contain '/'")
+    key = JsonString(max_length=500, help_text="Unique per agent; may contain '/'")
     platform = serializers.ChoiceField(choices=Session.Platform.choices, required=False)
     chat_type = serializers.ChoiceField(choices=Session.ChatType.choices, required=False)
-    bot = serializers.CharField(max_length=100, required=False, help_text="The bot's app_id / client_id")
-    chat_id = serializers.CharField(max_length=200, required=False, allow_blank=True)
-    user_id = serializers.CharField(max_length=200, required=False, allow_blank=True)
-    user_name = serializers.CharField(max_length=200, required=False, allow_blank=True)
-    web_user = serializers.CharField(max_length=150, required=False, allow_blank=True)
-    parent = serializers.CharField(max_length=500, required=False, help_text="Parent session id or key (sub-agent)")
+    bot = JsonString(max_length=100, required=False, help_text="The bot's app_id / client_id")
+    chat_id = JsonString(max_length=200, required=False, allow_blank=True)
+    user_id = JsonString(max_length=200, required=False, allow_blank=True)
+    user_name = JsonString(max_length=200, required=False, allow_blank=True)
+    web_user = JsonString(max_length=150, required=False, allow_blank=True)
+    parent = JsonString(max_length=500, required=False, help_text="Parent session id or key (sub-agent)")
 
 
 class ToolSerializer(serializers.Serializer):
@@ -55,17 +76,20 @@ class SessionOutput(serializers.Serializer):
 
 
 class MessageInput(StrictSerializer):
-    sender_id = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+    sender_id = JsonString(max_length=200, required=False, allow_blank=True, default="")
 
 
 class ToolCallInput(StrictSerializer):
-    session = serializers.CharField(max_length=500, help_text="Session id or key")
-    name = serializers.CharField(max_length=64)
-    arguments = serializers.JSONField(help_text="The model's tool input, validated against the tool's input_schema")
-    call_id = serializers.CharField(max_length=200, required=False, allow_null=True, help_text="Idempotency key")
-    sender_id = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
-    wait = serializers.IntegerField(min_value=0, max_value=MAX_WAIT_SECONDS, required=False, default=0)
-    timeout_seconds = serializers.IntegerField(min_value=1, required=False, allow_null=True)
+    session = JsonString(max_length=500, help_text="Session id or key")
+    name = JsonString(max_length=64)
+    arguments = serializers.JSONField(
+        allow_null=True,  # any JSON the model produced, null too: a wrong value is a tool-level failure
+        help_text="The model's tool input, validated against the tool's input_schema",
+    )
+    call_id = JsonString(max_length=200, required=False, allow_null=True, help_text="Idempotency key")
+    sender_id = JsonString(max_length=200, required=False, allow_blank=True, default="")
+    wait = JsonInteger(min_value=0, max_value=MAX_WAIT_SECONDS, required=False, default=0)
+    timeout_seconds = JsonInteger(min_value=1, required=False, allow_null=True)
 
 
 class RespondentOutput(serializers.Serializer):

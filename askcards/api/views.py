@@ -6,6 +6,7 @@ from typing import Any
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
+from rest_framework.exceptions import ParseError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -47,10 +48,38 @@ def _validated(serializer_class, data) -> dict[str, Any]:
     return serializer.validated_data
 
 
+_JSON_TYPES = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "a boolean"}
+MAX_JSON_DEPTH = 64
+
+
 def _body(request) -> Any:
-    if not isinstance(request.data, dict):
-        raise InvalidInput("request body must be a JSON object")
-    return request.data
+    """The JSON object the request sent; an empty body reads as {}."""
+    try:
+        data = request.data
+    except RecursionError:
+        raise ParseError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels") from None
+    if not isinstance(data, dict):
+        got = "null" if data is None else _JSON_TYPES.get(type(data), type(data).__name__)
+        raise InvalidInput(f"request body must be a JSON object ({{...}}), got {got}")
+    _check_json(data, "body", 0)
+    return data
+
+
+def _check_json(value: Any, where: str, depth: int) -> None:
+    """Reject what parses as JSON but nothing downstream can hold: absurd nesting and lone UTF-16
+    surrogate escapes (\\ud800), which no UTF-8 text, database column or response can carry."""
+    if depth > MAX_JSON_DEPTH:
+        raise ParseError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels at {where}")
+    if isinstance(value, str):
+        if any("\ud800" <= char <= "\udfff" for char in value):
+            raise ParseError(f"{where} contains a lone UTF-16 surrogate escape; strings must be valid Unicode")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _check_json(key, where, depth)
+            _check_json(item, f"{where}.{key}" if key.isprintable() else where, depth + 1)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _check_json(item, f"{where}[{index}]", depth + 1)
 
 
 class SessionUpsertApi(APIView):
@@ -97,12 +126,14 @@ class SessionRecoverApi(APIView):
     @extend_schema(operation_id="session_recover", request=None, responses=s.RecoverOutput)
     def post(self, request, session_id: str):
         session = selectors.session_get(agent=request.user, session_ref=session_id)
+        _validated(s.NoInput, _body(request))
         return Response({"invalidated": services.session_recover(session=session)})
 
 
 class AgentRecoverApi(APIView):
     @extend_schema(operation_id="agent_recover", request=None, responses=s.RecoverOutput)
     def post(self, request):
+        _validated(s.NoInput, _body(request))
         return Response({"invalidated": services.agent_recover(agent=request.user)})
 
 
@@ -197,7 +228,7 @@ class AskWaitApi(APIView):
 class AskCancelApi(APIView):
     @extend_schema(operation_id="ask_cancel", request=s.CancelInput, responses=s.AskOutput)
     def post(self, request, ask_id: str):
-        data = _validated(s.CancelInput, _body(request) if request.body else {})
+        data = _validated(s.CancelInput, _body(request))
         ask = selectors.ask_get(agent=request.user, ask_id=ask_id)
         if not services.ask_cancel(ask=ask, reason=data["reason"], actor=f"agent:{request.user.name}"):
             ask.refresh_from_db()
