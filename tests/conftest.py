@@ -94,3 +94,15 @@ def pending_ask(agent, present_session):
 
 def answer_for(question: str = "Which database should we use?", labels=("PostgreSQL",), custom=None):
     return [{"question": question, "selectedLabels": list(labels), "customInput": custom}]
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(tmp_path_factory):
+    """Test on a SQLite file, like the service does: the in-memory shared-cache database fails
+    concurrent writers at once ("table is locked") instead of queueing them behind the busy timeout,
+    which the long-poll, panel and race tests exercise with real threads."""
+    from django.conf import settings
+
+    database = settings.DATABASES["default"]
+    if database["ENGINE"].endswith("sqlite3"):
+        database.setdefault("TEST", {})["NAME"] = str(tmp_path_factory.mktemp("db") / "test.sqlite3")

@@ -1,3 +1,4 @@
+import pytest
 from datetime import timedelta
 
 from django.core.management import call_command
@@ -5,6 +6,9 @@ from django.utils import timezone
 
 from askcards.models import Ask
 from askcards.worker import Worker
+
+# The worker closes its database connections after each step, as a long-running process must.
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def test_worker_step_expires_passed_deadline(pending_ask):
