@@ -1,0 +1,683 @@
+"""Long-poll benchmark: N agents parked on ``GET /asks/{id}/wait``, woken by panel answers.
+
+Run from the project directory (not collected by pytest: the file is not named test_*):
+
+    .venv/bin/python -m tests.bench.bench_longpoll [--waiters 2000] [--rate 100] [--port 0]
+
+What it does, every step bounded in time and count, every connection to 127.0.0.1 only:
+
+1. A throwaway data dir (embedded default: SQLite + in-memory channel layer; DATABASE_URL and
+   REDIS_URL are removed from the environment), ``migrate``, ``askcards_agent create bench --json``,
+   a Django user, and a logged-in session for it. The session cookie is made directly with
+   ``django.contrib.sessions`` (``SessionStore`` holding the user's id, backend and session-auth
+   hash: exactly what ``django.contrib.auth.login`` stores), not by posting the admin login form.
+2. ``manage.py serve 127.0.0.1:<port>`` as a subprocess (it inherits the raised open-file limit).
+3. ONE panel WebSocket (``/ws/panel/``, cookie + Origin), so the web surface is reachable.
+4. A web session and N ``ask_user_questions`` asks (20 creations in flight at a time); the panel
+   gets one ``ask_user_questions`` message per ask.
+5. N concurrent ``GET /api/v1/asks/{id}/wait?timeout=60``; once all are sent and the server has gone
+   quiet (CPU idle), the server's RSS is sampled ("RSS with all waiters parked").
+6. The asks are answered over the panel socket at a steady rate; each wait's wake time minus its
+   answer's send time is its answer-to-wake latency; each wait's body must be that ask, answered,
+   with the label sent for it.
+7. Yardstick: the same server's throughput on tiny views (20 keep-alive clients, fixed duration).
+8. The server is stopped (SIGTERM, then kill) and the data dir removed, always.
+
+Figures are printed, not asserted; see tests/bench/README.md for the targets.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+PROJECT_DIR = Path(__file__).resolve().parents[2]
+PYTHON = sys.executable
+HOST = "127.0.0.1"
+SETUP_TIMEOUT = 120  # seconds for any one manage.py step
+START_TIMEOUT = 60  # seconds for the server to answer
+USERNAME = "benchuser"
+MISSING_ASK = "q_00000000000000000000000000000000"
+
+SETUP_USER = r"""
+import json, django
+django.setup()
+from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
+from django.contrib.sessions.backends.db import SessionStore
+from django.conf import settings
+user = get_user_model().objects.create_user(%(username)r, password="bench-password-1234")
+session = SessionStore()
+session[SESSION_KEY] = user._meta.pk.value_to_string(user)
+session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
+session[HASH_SESSION_KEY] = user.get_session_auth_hash()
+session.create()
+print(json.dumps({"username": user.get_username(), "cookie_name": settings.SESSION_COOKIE_NAME,
+                  "session_key": session.session_key}))
+"""
+
+
+# ----------------------------------------------------------------------------------------- helpers
+
+
+def raise_nofile_limit() -> tuple[int, int]:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY:
+        hard_target = 1 << 20
+    else:
+        hard_target = hard
+    if soft < hard_target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard_target, hard))
+        except (ValueError, OSError):
+            pass
+    return resource.getrlimit(resource.RLIMIT_NOFILE)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((HOST, 0))
+        return sock.getsockname()[1]
+
+
+def run_manage(env: dict[str, str], *args: str) -> str:
+    proc = subprocess.run(
+        [PYTHON, "manage.py", *args], cwd=PROJECT_DIR, env=env, capture_output=True, text=True, timeout=SETUP_TIMEOUT
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"manage.py {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    return proc.stdout
+
+
+def run_python(env: dict[str, str], code: str) -> str:
+    proc = subprocess.run(
+        [PYTHON, "-c", code], cwd=PROJECT_DIR, env=env, capture_output=True, text=True, timeout=SETUP_TIMEOUT
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"setup script failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    return proc.stdout
+
+
+def proc_status(pid: int) -> dict[str, int]:
+    """VmRSS / VmHWM in kB and the thread count of a process (empty when it is gone)."""
+    wanted = {"VmRSS", "VmHWM", "Threads"}
+    out: dict[str, int] = {}
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                name, _, value = line.partition(":")
+                if name in wanted:
+                    out[name] = int(value.split()[0])
+    except (FileNotFoundError, ProcessLookupError, ValueError):
+        pass
+    return out
+
+
+def proc_cpu_seconds(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except FileNotFoundError:
+        return 0.0
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / ticks  # utime + stime
+
+
+class Profiler:
+    """Optional ``py-spy record`` of the server per phase (investigation only; py-spy is not a dependency)."""
+
+    def __init__(self, prefix: str | None, pid: int, gil: bool = False):
+        self.prefix, self.pid, self.gil, self.proc = prefix, pid, gil, None
+
+    def start(self, phase: str) -> None:
+        if not self.prefix:
+            return
+        self.stop()
+        spy = shutil.which("py-spy") or str(Path(PYTHON).parent / "py-spy")
+        out = f"{self.prefix}-{phase}.txt"
+        self.proc = subprocess.Popen(
+            [spy, "record", "--pid", str(self.pid), "--format", "raw", "--rate", "200", "--threads",
+             "--nonblocking", *(["--gil"] if self.gil else []), "--output", out],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        self.proc.send_signal(signal.SIGINT)
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=5)
+        self.proc = None
+
+
+def mb(kb: int | float) -> float:
+    return kb / 1024
+
+
+def percentile(sorted_values: list[float], pct: float) -> float:
+    if not sorted_values:
+        return float("nan")
+    index = min(len(sorted_values) - 1, max(0, int(round(pct / 100 * len(sorted_values) + 0.5)) - 1))
+    return sorted_values[index]
+
+
+def say(message: str = "") -> None:
+    print(message, flush=True)
+
+
+# ------------------------------------------------------------------------------------------ state
+
+
+@dataclass
+class AskInfo:
+    id: str
+    question: str
+    label: str
+    answer_sent: float | None = None
+
+
+@dataclass
+class Panel:
+    ws: aiohttp.ClientWebSocketResponse
+    shown: set[str] = field(default_factory=set)
+    acks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    cancelled: set[str] = field(default_factory=set)
+    other: list[Any] = field(default_factory=list)
+    closed: str | None = None
+
+    async def read(self) -> None:
+        try:
+            async for msg in self.ws:
+                if msg.type != aiohttp.WSMsgType.TEXT:
+                    continue
+                data = json.loads(msg.data)
+                kind = data.get("type")
+                if kind == "ask_user_questions":
+                    self.shown.add(data["requestId"])
+                elif kind == "ask_user_questions_ack":
+                    self.acks[data["requestId"]] = data
+                elif kind == "ask_user_questions_cancelled":
+                    self.cancelled.add(data["requestId"])
+                elif len(self.other) < 20:
+                    self.other.append(data)
+        finally:
+            self.closed = f"closed (code {self.ws.close_code})"
+
+
+@dataclass
+class WaitResult:
+    sent: float | None = None
+    arrived: float | None = None
+    status: int | None = None
+    body: bytes | None = None
+    error: str | None = None
+
+
+async def until(predicate, timeout: float, interval: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        await asyncio.sleep(interval)
+    return predicate()
+
+
+async def memory_sampler(pid: int, peak: dict[str, int], stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        status = proc_status(pid)
+        if status:
+            peak["rss"] = max(peak.get("rss", 0), status.get("VmRSS", 0))
+            peak["hwm"] = max(peak.get("hwm", 0), status.get("VmHWM", 0))
+            peak["threads"] = max(peak.get("threads", 0), status.get("Threads", 0))
+        try:
+            await asyncio.wait_for(stop.wait(), 0.25)
+        except asyncio.TimeoutError:
+            pass
+
+
+async def wait_quiet(pid: int, timeout: float, window: float = 0.5, max_share: float = 0.05) -> float:
+    """Wait until the server uses < max_share of one core over ``window``; returns seconds waited."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        before = proc_cpu_seconds(pid)
+        await asyncio.sleep(window)
+        if (proc_cpu_seconds(pid) - before) / window < max_share:
+            break
+    return time.monotonic() - start
+
+
+# ---------------------------------------------------------------------------------------- phases
+
+
+async def wait_until_serving(base: str, server: subprocess.Popen, headers: dict[str, str]) -> None:
+    deadline = time.monotonic() + START_TIMEOUT
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as http:
+        while time.monotonic() < deadline:
+            if server.poll() is not None:
+                raise RuntimeError(f"server exited early with code {server.returncode}")
+            try:
+                async with http.get(f"{base}/api/v1/asks/{MISSING_ASK}", headers=headers) as resp:
+                    await resp.read()
+                    return
+            except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+                await asyncio.sleep(0.2)
+    raise RuntimeError(f"server did not answer within {START_TIMEOUT} s")
+
+
+async def create_asks(http: aiohttp.ClientSession, base: str, headers: dict[str, str], count: int, concurrency: int,
+                      timeout_seconds: int) -> list[AskInfo]:
+    semaphore = asyncio.Semaphore(concurrency)
+    asks: list[AskInfo | None] = [None] * count
+    failures: list[str] = []
+
+    async def one(index: int) -> None:
+        question = f"Bench question {index}: which one?"
+        payload = {
+            "session": "bench/web",
+            "name": "ask_user_questions",
+            "arguments": {
+                "questions": [
+                    {
+                        "question": question,
+                        "header": "bench",
+                        "options": [{"label": "Alpha", "description": "first"}, {"label": "Beta"}],
+                    }
+                ]
+            },
+            "timeout_seconds": timeout_seconds,
+        }
+        async with semaphore:
+            async with http.post(f"{base}/api/v1/tools/call", json=payload, headers=headers) as resp:
+                body = await resp.text()
+        try:
+            data = json.loads(body)
+        except ValueError:
+            data = None
+        if resp.status != 200 or not data or data.get("status") != "pending" or not data.get("ask"):
+            if len(failures) < 5:
+                failures.append(f"HTTP {resp.status}: {body[:300]}")
+            return
+        asks[index] = AskInfo(id=data["ask"]["id"], question=question, label="Alpha" if index % 2 == 0 else "Beta")
+
+    results = await asyncio.gather(*(one(i) for i in range(count)), return_exceptions=True)
+    errors = [r for r in results if isinstance(r, BaseException)]
+    created = [a for a in asks if a is not None]
+    if len(created) != count:
+        detail = "; ".join(failures + [repr(e) for e in errors[:3]])
+        raise RuntimeError(f"only {len(created)}/{count} asks were created pending: {detail}")
+    return created
+
+
+async def yardstick(base: str, path: str, headers: dict[str, str], clients: int, seconds: float,
+                    expect: int) -> dict[str, Any]:
+    latencies: list[float] = []
+    unexpected: dict[str, int] = {}
+    connector = aiohttp.TCPConnector(limit=clients)
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=30)) as http:
+        start = time.monotonic()
+        deadline = start + seconds
+
+        async def client() -> None:
+            while time.monotonic() < deadline:
+                t0 = time.monotonic()
+                try:
+                    async with http.get(f"{base}{path}", headers=headers, allow_redirects=False) as resp:
+                        await resp.read()
+                        status = resp.status
+                except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+                    key = type(exc).__name__
+                    unexpected[key] = unexpected.get(key, 0) + 1
+                    await asyncio.sleep(0.05)
+                    continue
+                latencies.append(time.monotonic() - t0)
+                if status != expect:
+                    unexpected[f"HTTP {status}"] = unexpected.get(f"HTTP {status}", 0) + 1
+
+        await asyncio.wait_for(asyncio.gather(*(client() for _ in range(clients))), seconds + 35)
+        elapsed = time.monotonic() - start
+    latencies.sort()
+    return {
+        "requests": len(latencies),
+        "rps": len(latencies) / elapsed if elapsed else 0.0,
+        "p50": percentile(latencies, 50) * 1000,
+        "p99": percentile(latencies, 99) * 1000,
+        "unexpected": unexpected,
+    }
+
+
+async def bench(args: argparse.Namespace, base: str, port: int, server: subprocess.Popen, key: str,
+                cookie: dict[str, str]) -> dict[str, Any]:
+    pid = server.pid
+    auth = {"Authorization": f"Bearer {key}"}
+    report: dict[str, Any] = {"load_start": os.getloadavg()[0]}
+    peak: dict[str, int] = {}
+    profiler = Profiler(args.profile, pid, args.profile_gil)
+    stop_sampler = asyncio.Event()
+    sampler = asyncio.ensure_future(memory_sampler(pid, peak, stop_sampler))
+
+    await wait_until_serving(base, server, auth)
+    report["rss_idle_kb"] = proc_status(pid).get("VmRSS", 0)
+
+    timeout = aiohttp.ClientTimeout(total=60)
+    async with aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=100)) as http:
+        # --- the panel socket
+        ws = await http.ws_connect(
+            f"ws://{HOST}:{port}/ws/panel/",
+            headers={"Origin": f"http://{HOST}:{port}", "Cookie": f"{cookie['cookie_name']}={cookie['session_key']}"},
+            heartbeat=None,
+            autoping=True,
+        )
+        panel = Panel(ws)
+        reader = asyncio.ensure_future(panel.read())
+        try:
+            await asyncio.sleep(0.3)
+            if panel.closed:
+                raise RuntimeError(f"panel socket was refused: {panel.closed}")
+
+            # --- session + asks
+            async with http.post(f"{base}/api/v1/sessions", headers=auth,
+                                 json={"key": "bench/web", "platform": "web", "web_user": cookie["username"]}) as resp:
+                body = await resp.text()
+                if resp.status not in (200, 201):
+                    raise RuntimeError(f"session upsert failed: HTTP {resp.status} {body[:300]}")
+            t0 = time.monotonic()
+            profiler.start("create")
+            asks = await create_asks(http, base, auth, args.waiters, args.create_concurrency, 3600)
+            report["create_seconds"] = time.monotonic() - t0
+            ids = {a.id for a in asks}
+            await until(lambda: ids <= panel.shown, 60)
+            report["shown"] = len(ids & panel.shown)
+            report["rss_before_waiters_kb"] = proc_status(pid).get("VmRSS", 0)
+            report["threads_before_waiters"] = proc_status(pid).get("Threads", 0)
+            say(f"  created {len(asks)} asks in {report['create_seconds']:.1f} s; panel shown {report['shown']}")
+
+            # --- the waiters
+            results = {a.id: WaitResult() for a in asks}
+            sent_count = 0
+            last_sent = [time.monotonic()]
+
+            async def on_headers_sent(session, ctx, params) -> None:
+                nonlocal sent_count
+                sent_count += 1
+                last_sent[0] = time.monotonic()
+                ctx.trace_request_ctx["result"].sent = last_sent[0]
+
+            trace = aiohttp.TraceConfig()
+            trace.on_request_headers_sent.append(on_headers_sent)
+            wait_connector = aiohttp.TCPConnector(limit=0, limit_per_host=0)
+            wait_timeout = aiohttp.ClientTimeout(total=args.wait_timeout + 30, connect=30)
+            async with aiohttp.ClientSession(connector=wait_connector, timeout=wait_timeout,
+                                             trace_configs=[trace]) as waiters:
+
+                async def wait_one(ask: AskInfo) -> None:
+                    result = results[ask.id]
+                    url = f"{base}/api/v1/asks/{ask.id}/wait?timeout={args.wait_timeout}"
+                    try:
+                        async with waiters.get(url, headers=auth, trace_request_ctx={"result": result}) as resp:
+                            result.body = await resp.read()
+                            result.arrived = time.monotonic()
+                            result.status = resp.status
+                    except Exception as exc:  # noqa: BLE001 - every failure is a lost wait
+                        result.arrived = time.monotonic()
+                        result.error = f"{type(exc).__name__}: {exc}"[:200]
+
+                profiler.start("park")
+                t_park = time.monotonic()
+                tasks = [asyncio.ensure_future(wait_one(a)) for a in asks]
+                await until(lambda: sent_count >= len(asks) or all(t.done() for t in tasks), 60)
+                report["all_sent_seconds"] = time.monotonic() - t_park
+                report["sent"] = sent_count
+                await asyncio.sleep(2.0)
+                quiet = await wait_quiet(pid, 30)
+                report["parked_seconds"] = time.monotonic() - t_park
+                report["parked_quiet_wait"] = quiet
+                early = sum(1 for t in tasks if t.done())
+                report["returned_before_answers"] = early
+                status = proc_status(pid)
+                report["rss_parked_kb"] = status.get("VmRSS", 0)
+                report["hwm_parked_kb"] = status.get("VmHWM", 0)
+                report["threads_parked"] = status.get("Threads", 0)
+                say(f"  {sent_count} waits sent in {report['all_sent_seconds']:.1f} s; server quiet "
+                    f"{report['parked_seconds']:.1f} s after the first; RSS {mb(report['rss_parked_kb']):.0f} MB, "
+                    f"{report['threads_parked']} threads; {early} returned early")
+
+                # --- answer at a steady rate over the panel socket
+                profiler.start("answer")
+                cpu_before = proc_cpu_seconds(pid)
+                t_answer = time.monotonic() + 0.05
+                slip = 0.0
+                for index, ask in enumerate(asks):
+                    target = t_answer + index / args.rate
+                    delay = target - time.monotonic()
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+                    slip = max(slip, time.monotonic() - target)
+                    message = {
+                        "type": "ask_user_questions_result",
+                        "requestId": ask.id,
+                        "answers": [{"question": ask.question, "selectedLabels": [ask.label], "customInput": None}],
+                    }
+                    ask.answer_sent = time.monotonic()
+                    await ws.send_str(json.dumps(message))
+                report["answer_seconds"] = time.monotonic() - t_answer
+                report["send_slip_ms"] = slip * 1000
+                _, pending = await asyncio.wait(tasks, timeout=args.wait_timeout + 35)
+                for task in pending:
+                    task.cancel()
+                if pending:
+                    await asyncio.gather(*pending, return_exceptions=True)
+                report["cpu_answer_phase"] = proc_cpu_seconds(pid) - cpu_before
+                profiler.stop()
+                await until(lambda: ids <= set(panel.acks), 30)
+            report["hwm_after_waits_kb"] = proc_status(pid).get("VmHWM", 0)
+
+            # --- check every wait
+            latencies: list[float] = []
+            lost: dict[str, int] = {}
+            examples: list[str] = []
+
+            def bad(kind: str, detail: str) -> None:
+                lost[kind] = lost.get(kind, 0) + 1
+                if len(examples) < 5:
+                    examples.append(f"{kind}: {detail}")
+
+            for ask in asks:
+                result = results[ask.id]
+                if result.error or result.body is None:
+                    bad("error/never returned", f"{ask.id} {result.error}")
+                    continue
+                if result.status != 200:
+                    bad(f"HTTP {result.status}", f"{ask.id} {result.body[:200]!r}")
+                    continue
+                try:
+                    data = json.loads(result.body)
+                except ValueError:
+                    bad("not JSON", f"{ask.id} {result.body[:200]!r}")
+                    continue
+                if data.get("id") != ask.id:
+                    bad("another ask", f"{ask.id} got {data.get('id')}")
+                    continue
+                if data.get("status") != "answered":
+                    kind = f"status {data.get('status')}"
+                    if data.get("status") == "pending" and result.sent and result.arrived:
+                        timed_out = result.arrived - result.sent >= args.wait_timeout - 1
+                        kind += " (wait timed out before its answer woke it)" if timed_out else " (returned early)"
+                    bad(kind, f"{ask.id} reason {data.get('reason')}")
+                    continue
+                answers = (data.get("result") or {}).get("answers") or [{}]
+                if answers[0].get("selectedLabels") != [ask.label]:
+                    bad("wrong answer", f"{ask.id} expected {[ask.label]} got {answers[0].get('selectedLabels')}")
+                    continue
+                if ask.answer_sent is None or result.arrived is None:
+                    bad("no timing", ask.id)
+                    continue
+                latencies.append(result.arrived - ask.answer_sent)
+            latencies.sort()
+            report["latencies_ms"] = [x * 1000 for x in latencies]
+            report["lost"] = lost
+            report["lost_examples"] = examples
+            report["acks_ok"] = sum(1 for a in asks if panel.acks.get(a.id, {}).get("ok") is True)
+            report["acks_bad"] = [panel.acks[a.id] for a in asks if a.id in panel.acks and not panel.acks[a.id].get("ok")][:3]
+            report["acks_missing"] = sum(1 for a in asks if a.id not in panel.acks)
+            report["panel_other"] = panel.other[:3]
+            report["waiters"] = len(asks)
+        finally:
+            profiler.stop()
+            reader.cancel()
+            await asyncio.gather(reader, return_exceptions=True)
+            if not ws.closed:
+                await ws.close()
+
+    # --- yardstick (after the waits: the server is idle again)
+    report["yardstick_drf"] = await yardstick(
+        base, f"/api/v1/asks/{MISSING_ASK}", auth, args.yardstick_clients, args.yardstick_seconds, 404
+    )
+    report["yardstick_django"] = await yardstick(
+        base, "/admin/", {}, args.yardstick_clients, args.yardstick_seconds, 302
+    )
+    stop_sampler.set()
+    await sampler
+    report["peak"] = dict(peak)
+    report["hwm_end_kb"] = proc_status(pid).get("VmHWM", 0) or peak.get("hwm", 0)
+    return report
+
+
+def print_report(args: argparse.Namespace, report: dict[str, Any], nofile: tuple[int, int]) -> None:
+    lat = report["latencies_ms"]
+    n = report["waiters"]
+    lost_total = n - len(lat)
+    say()
+    say("=== askcards long-poll benchmark (embedded default: SQLite + in-memory layer, one daphne process) ===")
+    say(f"waiters {n}, answer rate {args.rate}/s, wait timeout {args.wait_timeout} s, open-file limit {nofile[0]}, "
+        f"cores {os.cpu_count()}, load average at start {report['load_start']:.1f} / end {os.getloadavg()[0]:.1f} "
+        "(other processes on this machine skew every figure)")
+    say(f"setup: {n} asks created in {report['create_seconds']:.1f} s "
+        f"({n / report['create_seconds']:.0f}/s, {args.create_concurrency} in flight); "
+        f"panel received {report['shown']}/{n} ask messages")
+    say(f"parking: {report['sent']}/{n} waits sent in {report['all_sent_seconds']:.1f} s; server quiet "
+        f"{report['parked_seconds']:.1f} s after the first; {report['returned_before_answers']} returned before any answer")
+    say(f"answers: {n} sent over the panel socket in {report['answer_seconds']:.1f} s "
+        f"(max schedule slip {report['send_slip_ms']:.0f} ms); server CPU during answers+wakes "
+        f"{report['cpu_answer_phase']:.1f} s")
+    say()
+    say(f"answer-to-wake latency (ms): p50 {percentile(lat, 50):.1f}   p99 {percentile(lat, 99):.1f}   "
+        f"max {lat[-1] if lat else float('nan'):.1f}   (n={len(lat)}; min {lat[0] if lat else float('nan'):.1f}, "
+        f"p90 {percentile(lat, 90):.1f})")
+    say(f"lost or wrong waits: {lost_total}" + (f"  {report['lost']}" if report["lost"] else ""))
+    for example in report["lost_examples"]:
+        say(f"    e.g. {example}")
+    say(f"acks ok: {report['acks_ok']}/{n}" + (f"  (missing {report['acks_missing']}; bad e.g. {report['acks_bad']})"
+                                               if report["acks_ok"] != n else ""))
+    per_waiter = (report["rss_parked_kb"] - report["rss_before_waiters_kb"]) / max(1, n)
+    say(f"server RSS with all waiters parked: {mb(report['rss_parked_kb']):.0f} MB "
+        f"(idle after start {mb(report['rss_idle_kb']):.0f} MB, after creating the asks "
+        f"{mb(report['rss_before_waiters_kb']):.0f} MB, ~{per_waiter:.0f} kB per parked waiter); "
+        f"threads {report['threads_before_waiters']} -> {report['threads_parked']}")
+    say(f"peak server memory (VmHWM): {mb(report['hwm_after_waits_kb']):.0f} MB through the long-poll phase, "
+        f"{mb(report['hwm_end_kb']):.0f} MB at the end; max threads seen {report['peak'].get('threads', 0)}")
+    if report["panel_other"]:
+        say(f"panel: unexpected messages e.g. {report['panel_other']}")
+    say()
+    for name, label in (("yardstick_drf", f"GET /api/v1/asks/{MISSING_ASK[:6]}… (DRF, Bearer auth, 404)"),
+                        ("yardstick_django", "GET /admin/ (plain Django view, 302 to login)")):
+        y = report[name]
+        extra = f"  unexpected {y['unexpected']}" if y["unexpected"] else ""
+        say(f"YARDSTICK {label}: {y['rps']:.0f} req/s, p50 {y['p50']:.1f} ms, p99 {y['p99']:.1f} ms "
+            f"({args.yardstick_clients} keep-alive clients, {args.yardstick_seconds:.0f} s, {y['requests']} requests){extra}")
+    say()
+    p99 = percentile(lat, 99)
+    peak_mb = mb(report["hwm_after_waits_kb"])
+    say("targets (printed, not asserted): "
+        f"wake p99 < 100 ms [{'ok' if p99 < 100 else 'MISSED'}], "
+        f"0 lost [{'ok' if lost_total == 0 else 'MISSED'}], "
+        f"< 400 MB for {n} waiters [{'ok' if peak_mb < 400 else 'MISSED'}]")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--waiters", type=int, default=2000, help="concurrent long-polls (asks), default 2000")
+    parser.add_argument("--rate", type=float, default=100.0, help="answers per second, default 100")
+    parser.add_argument("--port", type=int, default=0, help="server port on 127.0.0.1; 0 picks a free one")
+    parser.add_argument("--wait-timeout", type=int, default=60, help="the long-polls' ?timeout=, default 60 (max)")
+    parser.add_argument("--create-concurrency", type=int, default=20, help="ask creations in flight, default 20")
+    parser.add_argument("--yardstick-clients", type=int, default=20)
+    parser.add_argument("--yardstick-seconds", type=float, default=10.0)
+    parser.add_argument("--profile", metavar="PREFIX", help="py-spy record the server per phase into PREFIX-<phase>.txt")
+    parser.add_argument("--profile-gil", action="store_true", help="with --profile: sample only the GIL holder")
+    parser.add_argument("--keep", action="store_true", help="keep the temp data dir and server log (debugging)")
+    args = parser.parse_args(argv)
+    if not 1 <= args.waiters <= 20000 or args.rate <= 0 or not 1 <= args.wait_timeout <= 60:
+        parser.error("--waiters 1..20000, --rate > 0, --wait-timeout 1..60")
+
+    nofile = raise_nofile_limit()  # before the server starts: it inherits the limit
+    needed = args.waiters + 200
+    if nofile[0] < needed:
+        say(f"warning: open-file limit {nofile[0]} < {needed}; sockets may run out")
+    port = args.port or free_port()
+    base = f"http://{HOST}:{port}"
+    data_dir = Path(tempfile.mkdtemp(prefix="askcards-bench-"))
+    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL", "DEBUG", "ALLOWED_HOSTS"}}
+    env.update({
+        "ASKCARDS_DATA_DIR": str(data_dir),
+        "ASKCARDS_SECRET_KEY": "bench",
+        "DJANGO_SETTINGS_MODULE": "project.settings",
+        "LOG_LEVEL": "WARNING",
+        "PYTHONUNBUFFERED": "1",
+    })
+    server: subprocess.Popen | None = None
+    log_path = data_dir / "server.log"
+    log = None
+    try:
+        say(f"setup in {data_dir}")
+        run_manage(env, "migrate", "--no-input", "-v", "0")
+        key = json.loads(run_manage(env, "askcards_agent", "create", "bench", "--json").strip().splitlines()[-1])["key"]
+        cookie = json.loads(run_python(env, SETUP_USER % {"username": USERNAME}).strip().splitlines()[-1])
+        log = open(log_path, "wb")
+        server = subprocess.Popen(
+            [PYTHON, "manage.py", "serve", f"{HOST}:{port}"],
+            cwd=PROJECT_DIR, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        say(f"server pid {server.pid} on {base}")
+        report = asyncio.run(asyncio.wait_for(bench(args, base, port, server, key, cookie), 600))
+        print_report(args, report, nofile)
+        return 0
+    except BaseException:
+        if log_path.exists():
+            tail = log_path.read_bytes()[-4000:].decode(errors="replace")
+            if tail.strip():
+                say(f"--- server log tail ---\n{tail}\n---")
+        raise
+    finally:
+        if server is not None and server.poll() is None:
+            server.send_signal(signal.SIGTERM)
+            try:
+                server.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait(timeout=10)
+        if log is not None:
+            log.close()
+        if args.keep:
+            say(f"kept {data_dir}")
+        else:
+            shutil.rmtree(data_dir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
