@@ -26,7 +26,10 @@ def _ask_for(username: str, ask_id: str) -> Ask | None:
 
 
 @database_sync_to_async
-def _answer(ask_id: str, answers) -> services.AnswerOutcome:
+def _answer(username: str, ask_id: str, answers) -> services.AnswerOutcome | None:
+    """Answer one of this user's asks; None when it is not theirs (or does not exist)."""
+    if not Ask.objects.filter(pk=ask_id, session__web_user=username).exists():
+        return None
     return services.ask_answer(ask_id=ask_id, answers=answers, surface="web")
 
 
@@ -66,12 +69,11 @@ class PanelConsumer(AsyncJsonWebsocketConsumer):
         if not isinstance(request_id, str):
             await self.send_json({"type": "ask_user_questions_ack", "requestId": request_id, "ok": False, "error": "requestId must be a string"})
             return
-        ask = await _ask_for(self.username, request_id)
-        if ask is None:
+        outcome = await _answer(self.username, request_id, content.get("answers"))
+        if outcome is None:
             # Not this user's ask (or no such ask): same answer either way, nothing changes.
             await self.send_json({"type": "ask_user_questions_ack", "requestId": request_id, "ok": False, "error": "not_found"})
             return
-        outcome = await _answer(ask.id, content.get("answers"))
         reply = {"type": "ask_user_questions_ack", "requestId": request_id, "ok": outcome.accepted}
         if not outcome.accepted:
             reply["error"] = outcome.error
@@ -83,13 +85,11 @@ class PanelConsumer(AsyncJsonWebsocketConsumer):
         except ValueError:
             return None
 
-    # Channel-layer handlers: payloads carry ids; re-read before telling the browser.
+    # Channel-layer handlers. The group is this user's own, so its messages are theirs to see.
     async def panel_show(self, event):
-        ask = await _ask_for(self.username, event["ask_id"])
+        ask = await _ask_for(self.username, event["ask_id"])  # re-read: it may have closed meanwhile
         if ask is not None and ask.status == Ask.Status.PENDING:
             await self.send_json(web.ask_message(ask))
 
     async def panel_withdraw(self, event):
-        ask = await _ask_for(self.username, event["ask_id"])
-        if ask is not None:
-            await self.send_json(web.cancelled_message(ask))
+        await self.send_json(event["message"])

@@ -1,13 +1,13 @@
-"""Channel-layer group names and the small wake-up messages sent after commits.
+"""Channel-layer group names and the small messages sent after commits.
 
-Payloads carry ids only; whoever wakes re-reads the database (the source of truth), so a lost or
-duplicated wake costs latency, never correctness.
+Payloads carry ids (and what a reader needs without a query); whoever wakes re-reads the database
+(the source of truth), so a lost or duplicated message costs latency, never correctness.
 """
 from __future__ import annotations
 
 import logging
 
-from asgiref.sync import async_to_sync
+from asgiref.sync import SyncToAsync, async_to_sync
 from channels.layers import get_channel_layer
 
 logger = logging.getLogger(__name__)
@@ -24,12 +24,30 @@ def agent_group(agent_id: int) -> str:
 
 
 def wake(*groups: str) -> None:
-    """Tell long-polls (and panels) waiting on these groups to re-read. Never raises."""
+    """Tell long-polls waiting on these groups to re-read. Never raises."""
+    send([(group, {"type": WAKE, "group": group}) for group in groups])
+
+
+def send(messages: list[tuple[str, dict]]) -> None:
+    """group_send each (group, message), from sync code, after a commit. Never raises.
+
+    Inside the server (code run by sync_to_async from its event loop) the sends are handed to that
+    loop without waiting: the thread doing database work is not stalled on each hop. Elsewhere
+    (standalone worker, management commands) they are sent before returning.
+    """
     layer = get_channel_layer()
-    if layer is None:
+    if layer is None or not messages:
         return
-    for group in groups:
+    loop = getattr(SyncToAsync.threadlocal, "main_event_loop", None)
+    if loop is not None and loop.is_running():
+        loop.call_soon_threadsafe(lambda: loop.create_task(_send_all(layer, messages)))
+    else:
+        async_to_sync(_send_all)(layer, messages)
+
+
+async def _send_all(layer, messages: list[tuple[str, dict]]) -> None:
+    for group, message in messages:
         try:
-            async_to_sync(layer.group_send)(group, {"type": WAKE, "group": group})
+            await layer.group_send(group, message)
         except Exception:
-            logger.warning("wake of %s failed; waiters will notice at their timeout", group, exc_info=True)
+            logger.warning("message to %s failed; its readers will notice at their timeout", group, exc_info=True)

@@ -10,10 +10,9 @@ import hashlib
 import logging
 from datetime import timedelta
 
-from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
 from django.utils import timezone
 
+from askcards import events
 from askcards.models import Ask, PanelPresence, Session
 
 logger = logging.getLogger(__name__)
@@ -63,17 +62,16 @@ class WebSurface:
         """Nothing to create up front: the panel is pushed after activation."""
 
     def show(self, ask: Ask) -> None:
-        self._push(ask, "panel.show")
+        self._push(ask, {"type": "panel.show", "ask_id": ask.id})
 
     def withdraw(self, ask: Ask) -> None:
-        self._push(ask, "panel.withdraw")
+        # Everything the panel says is in the message, so sockets need no re-read to say it.
+        self._push(ask, {"type": "panel.withdraw", "message": cancelled_message(ask)})
 
     def sync_due(self, now) -> int:
         presence_purge_stale()
         return 0
 
-    def _push(self, ask: Ask, kind: str) -> None:
-        layer = get_channel_layer()
-        if layer is None or not ask.session.web_user:
-            return
-        async_to_sync(layer.group_send)(panel_group(ask.session.web_user), {"type": kind, "ask_id": ask.id})
+    def _push(self, ask: Ask, message: dict) -> None:
+        if ask.session.web_user:
+            events.send([(panel_group(ask.session.web_user), message)])
