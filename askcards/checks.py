@@ -10,7 +10,7 @@ def askcards_settings(app_configs, **kwargs):
     problems = []
     engine = settings.DATABASES["default"]["ENGINE"]
     layer = settings.CHANNEL_LAYERS["default"]["BACKEND"]
-    if not engine.endswith("sqlite3") and layer.endswith("InMemoryChannelLayer"):
+    if not engine.endswith("sqlite3") and "InMemory" in layer:
         problems.append(
             Warning(
                 "A shared database is configured but the channel layer is in-memory.",

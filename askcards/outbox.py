@@ -10,7 +10,7 @@ from typing import Any
 
 import requests
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
@@ -38,16 +38,21 @@ def append(
     The sequence number is bumped on the agent row, whose lock is held until commit, so events of
     one agent commit in sequence order and a reader never skips one that commits later.
     """
-    Agent.objects.filter(pk=agent_id).update(event_seq=F("event_seq") + 1)
-    agent = Agent.objects.only("event_seq", "webhook_url").get(pk=agent_id)
+    with connection.cursor() as cursor:
+        # One statement bumps and reads the counter (RETURNING: SQLite ≥ 3.35 and PostgreSQL).
+        cursor.execute(
+            f"UPDATE {Agent._meta.db_table} SET event_seq = event_seq + 1 WHERE id = %s RETURNING event_seq, webhook_url",
+            [agent_id],
+        )
+        seq, webhook_url = cursor.fetchone()
     event = OutboxEvent.objects.create(
         agent_id=agent_id,
-        seq=agent.event_seq,
+        seq=seq,
         type=type,
         ask=ask,
         session=session,
         data=data or {},
-        next_attempt_at=timezone.now() if agent.webhook_url else None,
+        next_attempt_at=timezone.now() if webhook_url else None,
     )
     transaction.on_commit(lambda: events.wake(events.agent_group(agent_id)))
     return event

@@ -231,7 +231,7 @@ def ask_activate(*, ask: Ask) -> bool:
             return False
         ask.status, ask.activated_at = Ask.Status.PENDING, now
         _audit(ask, AskEvent.Kind.ACTIVATED, Ask.Status.RESERVED, Ask.Status.PENDING, SYSTEM)
-        transaction.on_commit(partial(_after_change, ask.pk, "show"))
+        transaction.on_commit(partial(_after_change, ask, "show"))
     return True
 
 
@@ -405,19 +405,19 @@ def _close(
     if result is None:
         result = {"tool_result": tools.error_result(reason)} if ask.blocking else {}
     with transaction.atomic():
-        # Lock the ask row first (no-op on SQLite, whose IMMEDIATE transactions serialise writers)
-        # so multi-row work below sees the state the conditional update decided on.
-        current = Ask.objects.select_for_update().filter(pk=ask.pk).values_list("status", flat=True).first()
-        won = (
-            current in expected
-            and Ask.objects.filter(pk=ask.pk, status__in=expected).update(
-                status=status, reason=reason, closed_at=now, result=result
-            )
+        if len(expected) == 1:
+            # The hot path (answers): the status it came from is known, no read needed.
+            from_status = expected[0]
+        else:
+            # Lock and read the row first (no-op lock on SQLite, whose IMMEDIATE transactions
+            # serialise writers) to know which open status the audit row should name.
+            from_status = Ask.objects.select_for_update().filter(pk=ask.pk).values_list("status", flat=True).first()
+        won = from_status in expected and Ask.objects.filter(pk=ask.pk, status__in=expected).update(
+            status=status, reason=reason, closed_at=now, result=result
         )
         if not won:
-            _audit_ignored(ask, f"{status}/{reason}", actor, surface, current=current)
+            _audit_ignored(ask, f"{status}/{reason}", actor, surface, current=None if len(expected) == 1 else from_status)
             return False
-        from_status = current
         ask.status, ask.reason, ask.closed_at, ask.result = status, reason, now, result
         if respondent is not None and respondent[0] is not None:
             row, row_status, answers = respondent
@@ -431,16 +431,16 @@ def _close(
             ask=ask,
             data={"status": status, "reason": reason},
         )
-        transaction.on_commit(partial(_after_change, ask.pk, "withdraw"))
+        transaction.on_commit(partial(_after_change, ask, "withdraw"))
     logger.info("ask %s %s→%s (%s) by %s via %s", ask.id, from_status, status, reason, actor.split(":")[0], surface or "-")
     return True
 
 
-def _after_change(ask_id: str, hook: str) -> None:
-    events.wake(events.ask_group(ask_id))
-    ask = Ask.objects.select_related("session", "agent").filter(pk=ask_id).first()
-    if ask is not None:
-        surfaces.run_hook(hook, ask)
+def _after_change(ask: Ask, hook: str) -> None:
+    """After commit: wake the ask's long-polls and update its surfaces. ``ask`` holds the state
+    just committed (the transition sets it in memory), so no re-read is needed."""
+    events.wake(events.ask_group(ask.pk))
+    surfaces.run_hook(hook, ask)
 
 
 def _audit(

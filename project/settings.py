@@ -132,6 +132,10 @@ else:
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": DATA_DIR / "askcards.sqlite3",
+            # Keep a SQLite connection per thread instead of reopening (and re-reading the schema)
+            # for every pooled call; a broken one is replaced at the next request.
+            "CONN_MAX_AGE": None,
+            "CONN_HEALTH_CHECKS": True,
             "OPTIONS": {
                 # IMMEDIATE takes the write lock at BEGIN, so concurrent transitions queue up
                 # instead of failing with "database is locked" when a reader upgrades to a writer.
@@ -152,7 +156,7 @@ if REDIS_URL:
     }
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
 else:
-    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer", "CONFIG": {"capacity": 1000}}}
+    CHANNEL_LAYERS = {"default": {"BACKEND": "askcards.layers.ThrottledInMemoryChannelLayer", "CONFIG": {"capacity": 1000}}}
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

@@ -20,7 +20,7 @@ from typing import Any, Callable
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.core.handlers.asgi import ASGIRequest
-from django.db import close_old_connections, connections
+from django.db import close_old_connections
 from django.http import HttpResponse
 from rest_framework.renderers import JSONRenderer
 
@@ -36,7 +36,11 @@ class LongPoll:
 
 
 def _in_pool(fn, *args, **kwargs):
-    """Run sync ORM code in the shared pool and give its DB connection back right after."""
+    """Run sync ORM code in the shared thread pool.
+
+    Connections belong to the pool's threads (a handful), never to a waiting request: after each
+    call ``close_old_connections`` ends the connection when CONN_MAX_AGE says so (every call on
+    PostgreSQL by default; SQLite keeps one open per thread)."""
 
     def call():
         close_old_connections()
@@ -46,7 +50,7 @@ def _in_pool(fn, *args, **kwargs):
                 response.render()
             return response
         finally:
-            connections.close_all()
+            close_old_connections()
 
     return sync_to_async(call, thread_sensitive=False)()
 
