@@ -74,6 +74,16 @@ def acknowledge(*, agent: Agent, upto: int) -> int:
     return count
 
 
+def result_returned(ask_id: str, now) -> None:
+    """An API response just handed this terminal ask's result to its agent: the result counts as
+    delivered (retention clock) and its ask.closed event needs no webhook. The feed still lists it."""
+    with transaction.atomic():
+        OutboxEvent.objects.filter(ask_id=ask_id, type=OutboxEvent.Type.ASK_CLOSED, delivered_at__isnull=True).update(
+            delivered_at=now, delivered_via="response", claimed_until=None
+        )
+        mark_results_delivered([ask_id], now)
+
+
 def mark_results_delivered(ask_ids: list[str], now) -> None:
     if ask_ids:
         Ask.objects.filter(id__in=ask_ids, result_delivered_at__isnull=True).update(result_delivered_at=now)

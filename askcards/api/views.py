@@ -140,12 +140,12 @@ class AgentRecoverApi(APIView):
 def _ask_body(agent, ask_id: str, *, final: bool, wrap=None) -> dict[str, Any] | None:
     """The ask as it is now; None while it is still open and the caller may keep waiting.
 
-    Handing a terminal ask's result to its agent counts as delivering it (retention clock)."""
+    Handing a terminal ask's result to its agent delivers it (see outbox.result_returned)."""
     ask = selectors.ask_get(agent=agent, ask_id=ask_id)
     if not final and ask.is_open:
         return None
-    if not ask.is_open:
-        outbox.mark_results_delivered([ask.id], timezone.now())
+    if not ask.is_open and ask.result_delivered_at is None:
+        outbox.result_returned(ask.id, timezone.now())
     data = selectors.ask_data(ask)
     return wrap(ask, data) if wrap else data
 

@@ -454,3 +454,26 @@ def test_api_docs_page_is_html(client):
     assert response.status_code == 200
     assert response["Content-Type"].startswith("text/html")
     assert b"swagger" in response.content.lower()
+
+
+def test_failed_tool_call_result_is_not_webhooked_again(api, agent, web_session):
+    """The 200 response already handed the model its result; the event stays in the feed only."""
+    from askcards import outbox
+
+    agent.webhook_url = "http://127.0.0.1:9/unused"
+    agent.save(update_fields=["webhook_url"])
+    body = _call(api, web_session).json()
+    assert body["status"] == "failed"
+    event = OutboxEvent.objects.get(ask_id=body["ask"]["id"])
+    assert (event.delivered_via, outbox.deliver_due()) == ("response", 0)
+    assert [e["seq"] for e in api.get("/api/v1/events?after=0").json()["events"]] == [event.seq]
+
+
+def test_answer_read_through_api_is_not_webhooked_again(api, agent, pending_ask):
+    agent.webhook_url = "http://127.0.0.1:9/unused"
+    agent.save(update_fields=["webhook_url"])
+    services.ask_answer(ask_id=pending_ask.id, answers=answer_for(), surface="web")
+    assert api.get(f"/api/v1/asks/{pending_ask.id}").json()["status"] == "answered"
+    event = OutboxEvent.objects.get(ask=pending_ask)
+    assert event.delivered_via == "response"
+    assert Ask.objects.get(pk=pending_ask.pk).result_delivered_at is not None
