@@ -55,6 +55,15 @@ class Agent(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    def save(self, *args, **kwargs):
+        # event_seq is only ever bumped by outbox.append's UPDATE; a full save of a stale instance
+        # must not write an old value back (the next event would reuse a sequence number).
+        if self.pk and not kwargs.get("force_insert") and kwargs.get("update_fields") is None:
+            kwargs["update_fields"] = [
+                field.name for field in self._meta.concrete_fields if not field.primary_key and field.name != "event_seq"
+            ]
+        super().save(*args, **kwargs)
+
     @property
     def is_authenticated(self) -> bool:  # lets DRF treat an agent as request.user
         return True

@@ -67,7 +67,9 @@ def session_upsert(
                 f"cannot infer the platform of session key {key!r}: give platform "
                 "(feishu, dingtalk, wechat or web), or use a key like feishu-<botId>-private-<userId>"
             )
-    if inferred and not fields.get("user_id") and inferred[1] == Session.ChatType.P2P:
+    # The Feishu seed's private key names the user; a session explicitly on another platform
+    # (say web, keyed like a Feishu chat) does not take its user from the key.
+    if inferred and platform == inferred[0] and not fields.get("user_id") and inferred[1] == Session.ChatType.P2P:
         match = FEISHU_PRIVATE_KEY.match(key)
         fields["user_id"] = match.group("user") if match else ""
         limit = Session._meta.get_field("user_id").max_length

@@ -175,3 +175,20 @@ def test_zero_retention_purges_on_delivery(pending_ask, settings):
     services.ask_answer(ask_id=pending_ask.id, answers=answer_for(), surface="web")
     Ask.objects.filter(pk=pending_ask.pk).update(result_delivered_at=timezone.now())
     assert services.purge_answers() == 1
+
+
+def test_session_on_explicit_platform_does_not_take_user_from_feishu_key(agent):
+    session, _ = services.session_upsert(agent=agent, key="feishu-cli_a1-private-ou_42", platform="web", web_user="alice")
+    assert (session.platform, session.user_id) == ("web", "")
+
+
+def test_saving_a_stale_agent_keeps_event_sequence(agent, present_session):
+    from askcards.models import Agent
+
+    stale = Agent.objects.get(pk=agent.pk)
+    services.ask_cancel(ask=_call(agent, present_session).ask, actor="agent:a")
+    stale.webhook_url = "http://127.0.0.1:9/hook"
+    stale.save()
+    services.ask_cancel(ask=_call(agent, present_session).ask, actor="agent:a")
+    assert list(OutboxEvent.objects.filter(agent=agent).values_list("seq", flat=True)) == [1, 2]
+    assert Agent.objects.get(pk=agent.pk).webhook_url == "http://127.0.0.1:9/hook"
