@@ -25,6 +25,16 @@ def pending(n: int, questions: list[dict[str, Any]] | None = None, sender: str =
     return PendingAsk(id=ask_id(n), questions=questions or [question()], sender=sender)
 
 
+def big_ask(n: int) -> PendingAsk:
+    """Four questions of four options, every text at the tool schema's maximum length."""
+    questions = [
+        question("长" * 2000, header=f"问题{i}" + "很" * 9, multi=bool(i % 2),
+                 labels=tuple(f"{i}-{j}-" + "选项" * 98 for j in range(4)), description="说明*<at id=all>" * 100)
+        for i in range(4)
+    ]
+    return pending(n, questions)
+
+
 def view(status: str = "running", asks: tuple[PendingAsk, ...] = (), **kwargs: Any) -> ProgressView:
     defaults = {"title": "Refactor the parser", "content": "Step 2 of 5: reading files", "session_id": "s_1",
                 "sender": "ou_alice"}

@@ -5,19 +5,7 @@ import pytest
 from askcards.surfaces.feishu import cards
 from askcards.surfaces.feishu.cards import render_progress_card
 
-from .helpers import ask_id, forms, pending, question, tagged, texts, view, walk
-
-LONG = "长" * 2000
-
-
-def _big_ask(n: int):
-    questions = [
-        question(LONG, header=f"问题{i}标题很长很长"[:12], multi=bool(i % 2),
-                 labels=tuple(f"{i}-{j}-" + "选项" * 99 for j in range(4)), description="说明*<at id=all>" * 100)
-        for i in range(4)
-    ]
-    return pending(n, questions)
-
+from .helpers import ask_id, big_ask, forms, pending, question, tagged, texts, view, walk
 
 def test_one_form_per_pending_ask_in_registration_order():
     card = render_progress_card(view(asks=(pending(7), pending(3), pending(5)))).card
@@ -124,7 +112,7 @@ def test_recovering_card_shows_the_recovery_text_without_forms():
 
 
 def test_four_big_asks_stay_within_size_and_element_limits():
-    asks = tuple(_big_ask(n) for n in range(4))
+    asks = tuple(big_ask(n) for n in range(4))
     rendered = render_progress_card(view(asks=asks, content="进度" * 5000, panel_url="https://askcards.example/panel/"))
     assert rendered.size <= cards.CARD_MAX_BYTES < 30 * 1024
     assert rendered.size == len(cards.dumps_card(rendered.card).encode())
@@ -134,7 +122,7 @@ def test_four_big_asks_stay_within_size_and_element_limits():
 
 
 def test_asks_that_do_not_fit_become_a_note_pointing_to_the_web_panel():
-    asks = tuple(_big_ask(n) for n in range(4))
+    asks = tuple(big_ask(n) for n in range(4))
     rendered = render_progress_card(view(asks=asks, panel_url="https://askcards.example/panel/"))
     assert rendered.overflow
     note = rendered.card["body"]["elements"][-2]["content"]
@@ -151,7 +139,7 @@ def test_element_cap_moves_later_asks_to_the_panel_note():
 
 
 def test_long_progress_text_is_shortened_so_forms_keep_their_place():
-    rendered = render_progress_card(view(asks=(_big_ask(1),), content="步骤" * 3000))
+    rendered = render_progress_card(view(asks=(big_ask(1),), content="步骤" * 3000))
     assert rendered.shown == (ask_id(1),)
     content = rendered.card["body"]["elements"][1]["content"]
     assert content.startswith("步骤") and content.endswith("…")
