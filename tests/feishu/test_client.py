@@ -10,7 +10,7 @@ from django.core.cache import cache
 
 from askcards.surfaces.feishu.cards import render_progress_card
 from askcards.surfaces.feishu.client import FEISHU_BASE_URL, FeishuClient, FeishuError
-from tests.fakes.feishu import MESSAGES_PATH, TOKEN_PATH, FakeFeishu
+from tests.fakes.feishu import MESSAGES_PATH, FakeFeishu
 
 from .helpers import pending, question, view
 
