@@ -8,8 +8,11 @@ from tests.fakes.feishu import FakeClock, FakeFeishu
 
 
 @pytest.fixture(autouse=True)
-def empty_cache():
-    """Tenant tokens live in the Django cache; every test starts without one."""
+def private_cache(settings):
+    """Tenant tokens live in the Django cache: every test gets an empty in-process one (never a
+    shared Redis, which clearing would wipe for everyone else)."""
+    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+                                   "LOCATION": "askcards-feishu-tests"}}
     cache.clear()
     yield
     cache.clear()

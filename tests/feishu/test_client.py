@@ -8,6 +8,7 @@ import time
 import pytest
 from django.core.cache import cache
 
+from askcards.surfaces.feishu import client as client_module
 from askcards.surfaces.feishu.cards import render_progress_card
 from askcards.surfaces.feishu.client import FEISHU_BASE_URL, FeishuClient, FeishuError
 from tests.fakes.feishu import MESSAGES_PATH, FakeFeishu
@@ -34,10 +35,22 @@ def test_token_is_fetched_once_and_shared_by_clients_of_the_same_app(fake_feishu
     assert len(tokens) == 1 and tokens.pop().startswith("Bearer t-")
 
 
-def test_token_is_cached_until_twenty_minutes_before_expiry(fake_feishu, client):
+def test_token_is_cached_until_twenty_minutes_before_expiry(fake_feishu, client, monkeypatch):
+    timeouts = []
+
+    class RecordingCache:
+        def __getattr__(self, name):
+            return getattr(cache, name)
+
+        def set(self, key, value, timeout=None):
+            timeouts.append(timeout)
+            cache.set(key, value, timeout=timeout)
+
+    monkeypatch.setattr(client_module, "cache", RecordingCache())
     client.tenant_token()
-    expires_at = cache._expire_info[cache.make_key(client._token_key)]  # locmem internals: absolute expiry
-    assert 7200 - 20 * 60 - 5 <= expires_at - time.time() <= 7200 - 20 * 60
+    client.tenant_token()
+    assert timeouts == [7200 - 20 * 60]
+    assert len(fake_feishu.token_requests) == 1
 
 
 def test_token_expiring_within_the_margin_is_not_reused(clock):

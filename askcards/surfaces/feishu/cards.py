@@ -37,7 +37,7 @@ MULTI_SELECT_NOTE = "（可多选）"
 CANCEL = "取消任务"
 DETAIL = "会话详情"
 DEFAULT_TITLE = "任务进度"
-HINT = "有 {n} 组问题{waiting}：请在下方表单中作答并点击「{submit}」，无需另发消息回复。"
+HINT = "有 {n} 组问题等待你的回复：请在下方表单中作答并点击「提交答案」，无需另发消息回复。"
 OVERFLOW_NOTE = "另有 {n} 组问题超出卡片容量，请在网页面板中作答"
 
 TOAST_SUBMITTED = "已提交"
@@ -210,7 +210,7 @@ def _overflow_note(count: int, panel_url: str) -> dict[str, Any]:
     text = OVERFLOW_NOTE.format(n=count)
     if _is_http_url(panel_url):
         # A space before the link: a URL glued to CJK text can fail the send (reference §1.11).
-        text += f"： [{escape_md('打开网页面板')}]({panel_url})"
+        text += f"： [打开网页面板]({panel_url})"
     return {"tag": "markdown", "content": text}
 
 
@@ -219,7 +219,7 @@ def _assemble(view: ProgressView, forms: list[dict[str, Any]], overflow: int, co
     status_text = WAITING if waiting else STATUS_TEXT[view.status]
     elements: list[dict[str, Any]] = []
     if forms:
-        hint = HINT.format(n=len(forms), waiting=WAITING, submit=SUBMIT)
+        hint = HINT.format(n=len(forms))
         elements.append({"tag": "markdown", "content": f"**{hint}**"})
     if view.status == "recovering":
         elements.append({"tag": "markdown", "content": f"**{RECOVERING}**"})

@@ -122,8 +122,9 @@ class FeishuClient:
             return token
         body = self._call("POST", TOKEN_PATH, {"app_id": self.app_id, "app_secret": self._app_secret}, auth=False)
         token, expire = body.get("tenant_access_token"), body.get("expire")
-        if not isinstance(token, str) or not token or not isinstance(expire, int) or expire <= 0:
+        if not isinstance(token, str) or not token or isinstance(expire, bool) or not isinstance(expire, (int, float)):
             raise FeishuError(f"Feishu token response for app {self.app_id} has no token or expiry")
+        expire = int(expire)
         if expire > TOKEN_SAFETY_MARGIN:
             cache.set(self._token_key, token, timeout=expire - TOKEN_SAFETY_MARGIN)
         logger.info("feishu tenant token fetched for app %s (expires in %s s)", self.app_id, expire)
