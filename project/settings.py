@@ -200,7 +200,10 @@ ASKCARDS_ANSWER_RETENTION_DAYS = envint("ASKCARDS_ANSWER_RETENTION_DAYS", 7)
 ASKCARDS_WORKER_TICK_SECONDS = 0.5
 ASKCARDS_WEBHOOK_TIMEOUT_SECONDS = 10
 ASKCARDS_WEBHOOK_RETRY_HOURS = 24
-ASKCARDS_SURFACES: list[str] = ["askcards.surfaces.web.WebSurface"]
+ASKCARDS_SURFACES: list[str] = [
+    "askcards.surfaces.web.WebSurface",
+    "askcards.surfaces.feishu.surface.FeishuSurface",
+]
 
 LOGGING = {
     "version": 1,

@@ -44,6 +44,7 @@ TOAST_SUBMITTED = "已提交"
 TOAST_STALE = "问题已失效"
 TOAST_NOT_SENDER = "仅消息发送者可操作"
 TOAST_BLANK = "请至少选择一项或填写其他"
+TOAST_CANCELLED = "任务已取消"  # the card's cancel button; the spec gives no text
 
 STATUS_TEXT = {
     "running": "执行中",
