@@ -76,17 +76,24 @@ def _reply(toast_type: str, text: str, card: ProgressCard | None) -> dict:
 def _ask_submit(bot: Bot, action) -> dict:
     card = _clicked_card(bot, action)
     ask = Ask.objects.select_related("session").filter(pk=action.ask_id, session__bot=bot).first()
-    if ask is None or ask.status != Ask.Status.PENDING:
+    if ask is None:
         return _reply("info", feishu_cards.TOAST_STALE, card)
+
+    def rejected(why: str, toast_type: str, text: str) -> dict:
+        services.ask_click_rejected(ask=ask, why=why, actor=f"respondent:{action.operator}", surface=feishu.NAME)
+        return _reply(toast_type, text, card)
+
+    if ask.status != Ask.Status.PENDING:
+        return rejected("late", "info", feishu_cards.TOAST_STALE)
     if action.operator.casefold() != ask.sender_id.casefold():
-        return _reply("error", feishu_cards.TOAST_NOT_SENDER, card)
+        return rejected("not_sender", "error", feishu_cards.TOAST_NOT_SENDER)
     try:
         answers = feishu_parse.form_answers(ask.questions or [], action.form_value, action.form_index)
     except feishu_parse.IncompleteAnswer:
-        return _reply("warning", feishu_cards.TOAST_BLANK, card)
+        return rejected("blank", "warning", feishu_cards.TOAST_BLANK)
     except feishu_parse.MalformedCallback as exc:
         logger.warning("feishu submit for ask %s has values no form produces: %s", ask.id, exc)
-        return _reply("info", feishu_cards.TOAST_STALE, card)
+        return rejected("malformed", "info", feishu_cards.TOAST_STALE)
     outcome = services.ask_answer(ask_id=ask.id, answers=answers, surface=feishu.NAME, respondent_id=action.operator)
     if not outcome.accepted:
         return _reply("info", feishu_cards.TOAST_STALE, card)

@@ -297,10 +297,10 @@ def progress_put(
     *,
     session: Session,
     status: str,
-    title: str = "",
-    content: str = "",
+    title: str | None = None,
+    content: str | None = None,
     sender_id: str = "",
-    detail_url: str = "",
+    detail_url: str | None = None,
     reply_to: str = "",
 ) -> ProgressCard:
     """The agent reports its task's progress on the session's Feishu card (SPEC §6.1).
@@ -309,7 +309,7 @@ def progress_put(
     schedule a re-render. A terminal status ends the run: the session's open asks are cancelled
     (``session_cancelled``) and the card renders without forms; the next ``running`` report starts
     a new card. While the person's cancel is pending, reports update the text but the card stays
-    cancelled.
+    cancelled. ``None`` for title, content or detail_url keeps what the run's card shows.
     """
     if session.platform != Session.Platform.FEISHU:
         raise InvalidInput(f"progress cards are Feishu cards; session {session.id} is a {session.platform} session")
@@ -324,15 +324,18 @@ def progress_put(
         card = ProgressCard.objects.select_for_update().filter(session=session).order_by("-id").first()
         if card is None or (card.status in ProgressCard.TERMINAL and status not in ProgressCard.TERMINAL):
             card = ProgressCard.objects.create(
-                session=session, status=status, title=title, content=content, sender_id=owner,
-                detail_url=detail_url, reply_to=reply_to,
+                session=session, status=status, title=title or "", content=content or "", sender_id=owner,
+                detail_url=detail_url or "", reply_to=reply_to,
             )
             CardMessage.objects.create(
                 platform=Bot.Platform.FEISHU, bot=session.bot, progress_card=card, message_id="", version=1
             )
         else:
             ended = status in ProgressCard.TERMINAL and card.status not in ProgressCard.TERMINAL
-            card.status, card.title, card.content, card.detail_url = status, title, content, detail_url
+            card.status = status
+            card.title = card.title if title is None else title
+            card.content = card.content if content is None else content
+            card.detail_url = card.detail_url if detail_url is None else detail_url
             card.sender_id = owner or card.sender_id
             card.save(update_fields=["status", "title", "content", "detail_url", "sender_id", "updated_at"])
             card_touch(card=card)
@@ -398,6 +401,11 @@ def callback_receipts_purge(*, now=None) -> int:
 def _cancel_session_asks(session: Session, *, actor: str) -> int:
     asks = Ask.objects.filter(session=session, status__in=Ask.OPEN).select_related("session", "agent")
     return sum(ask_cancel(ask=ask, reason=Ask.Reason.SESSION_CANCELLED, actor=actor) for ask in asks)
+
+
+def ask_click_rejected(*, ask: Ask, why: str, actor: str, surface: str) -> None:
+    """A click that changes nothing (late, wrong person, blank form) still leaves its audit row."""
+    _audit_ignored(ask, why, actor, surface)
 
 
 # ------------------------------------------------------------------------------- other endings

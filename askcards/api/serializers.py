@@ -80,14 +80,16 @@ class MessageInput(StrictSerializer):
 
 
 class ProgressInput(StrictSerializer):
+    """Omitted title, content and detail_url keep what the card shows (within a run)."""
+
     status = serializers.ChoiceField(choices=ProgressCard.Status.choices)
-    title = JsonString(max_length=500, required=False, allow_blank=True, default="")
-    content = JsonString(max_length=100_000, required=False, allow_blank=True, default="", help_text="Markdown; cut to fit the card")
+    title = JsonString(max_length=500, required=False, allow_blank=True)
+    content = JsonString(max_length=100_000, required=False, allow_blank=True, help_text="Markdown; cut to fit the card")
     sender_id = JsonString(
         max_length=200, required=False, allow_blank=True, default="",
         help_text="Open_id of the person the task answers (owns the card's forms and cancel button); default the session's user_id",
     )
-    detail_url = serializers.URLField(max_length=1000, required=False, allow_blank=True, default="")
+    detail_url = serializers.URLField(max_length=1000, required=False, allow_blank=True)
     reply_to = JsonString(max_length=200, required=False, allow_blank=True, default="", help_text="Message id the first card replies to")
 
 
