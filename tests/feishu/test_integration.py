@@ -120,11 +120,13 @@ def mounted(agent, session, api, fake):
 
 def test_submit_answers_the_ask_and_the_group_sees_the_clickers_card(mounted, fake, agent_and_key):
     ask, card = mounted
+    calls_before = len(fake.requests)
     response = click(
         ask.session.bot, operator="ou_alice", value=submit_value(ask), message_id=message_of(card).message_id,
         form_value={"q0_0": "0", "c0_0": "", "q0_1": ["0", "2"], "c0_1": "WeCom later"},
     )
     assert response.status_code == 200
+    assert len(fake.requests) == calls_before  # no Feishu call on the callback's path
     body = response.json()
     assert body["toast"] == {"type": "success", "content": "已提交"}
     assert forms(body["card"]["data"]) == []
