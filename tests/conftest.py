@@ -31,14 +31,17 @@ def service_available(host: str, port: int) -> bool:
         return False
 
 
-def require_service(name: str, host: str, port: int) -> None:
-    """Skip when the service is absent, unless ASKCARDS_REQUIRE_SERVICES=1 (CI), then fail."""
-    if service_available(host, port):
+def require(available: bool, missing: str) -> None:
+    """Skip when something a test needs is missing, unless ASKCARDS_REQUIRE_SERVICES=1 (CI), then fail."""
+    if available:
         return
-    message = f"{name} is not reachable at {host}:{port}"
     if os.environ.get("ASKCARDS_REQUIRE_SERVICES") == "1":
-        pytest.fail(f"{message}, and ASKCARDS_REQUIRE_SERVICES=1 requires it")
-    pytest.skip(f"{message}; start it (or run .ci/run) to include these tests")
+        pytest.fail(f"{missing}, and ASKCARDS_REQUIRE_SERVICES=1 requires it")
+    pytest.skip(f"{missing}; install or start it (or run .ci/run) to include these tests")
+
+
+def require_service(name: str, host: str, port: int) -> None:
+    require(service_available(host, port), f"{name} is not reachable at {host}:{port}")
 
 
 @pytest.fixture(autouse=True)

@@ -43,28 +43,46 @@ def shell_json(env: dict[str, str], code: str) -> dict:
 
 
 @contextlib.contextmanager
-def serve(env: dict[str, str]) -> Iterator[str]:
-    """``manage.py serve`` on a free port; yields its base URL once it answers, stops it after."""
+def serve(env: dict[str, str], *options: str, log_dir: Path | None = None) -> Iterator[str]:
+    """``manage.py serve`` on a free port; yields its base URL once it answers, stops it after.
+
+    Its output goes to ``serve.log`` in ``log_dir`` (default: the data dir), never to an unread
+    pipe that could fill up and stall the server; a start failure shows the log.
+    """
     port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, "manage.py", "serve", f"127.0.0.1:{port}"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + START_TIMEOUT
-        while True:
-            try:
-                requests.get(f"{base}/api/schema/", timeout=2)
-                break
-            except requests.ConnectionError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"serve did not start: {server.stdout.read() if server.poll() is not None else 'timeout'}")
-                time.sleep(0.1)
-        yield base
-    finally:
-        server.terminate()
+    log_path = Path(log_dir or env["ASKCARDS_DATA_DIR"]) / "serve.log"
+    with log_path.open("w+") as log:
+        server = subprocess.Popen(
+            [sys.executable, "manage.py", "serve", f"127.0.0.1:{port}", *options],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+        )
+        base = f"http://127.0.0.1:{port}"
         try:
-            server.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            server.kill()
+            deadline = time.monotonic() + START_TIMEOUT
+            while True:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"serve did not start within {START_TIMEOUT} s:\n{log_path.read_text()[-4000:]}")
+                try:
+                    requests.get(f"{base}/api/schema/", timeout=2)
+                    break
+                except requests.ConnectionError:
+                    time.sleep(0.1)
+            yield base
+        finally:
+            server.terminate()
+            try:
+                server.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait(timeout=10)
+
+
+@contextlib.contextmanager
+def seeded(data_dir: Path, seed_code: str) -> Iterator[tuple[str, dict]]:
+    """A migrated embedded-default service in ``data_dir``, seeded by ``seed_code`` (see
+    ``shell_json``), served; yields (base URL, the seed's JSON)."""
+    env = service_env(data_dir)
+    manage(env, "migrate", "-v0")
+    seed = shell_json(env, seed_code)
+    with serve(env) as base:
+        yield base, seed

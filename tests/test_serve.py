@@ -26,10 +26,7 @@ print(json.dumps({"key": key, "ask": ask.id}))
 
 @pytest.fixture
 def served(tmp_path):
-    env = serving.service_env(tmp_path)
-    serving.manage(env, "migrate", "-v0")
-    seed = serving.shell_json(env, SEED)
-    with serving.serve(env) as base:
+    with serving.seeded(tmp_path, SEED) as (base, seed):
         yield base, seed
 
 

@@ -8,7 +8,6 @@ saved to ``tests/artifacts/panel-answered.png`` (and the filled form to ``panel-
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import threading
 from pathlib import Path
@@ -17,6 +16,7 @@ import pytest
 import requests
 
 from tests import serving
+from tests.conftest import require
 
 ARTIFACTS = serving.ROOT / "tests" / "artifacts"
 CHROMIUM_ARGS = [
@@ -58,18 +58,12 @@ def chromium_path() -> str:
     path = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
     if path:
         return path
-    message = "Debian's chromium is not installed (apt-get install -y chromium; .ci/run does it)"
-    if os.environ.get("ASKCARDS_REQUIRE_SERVICES") == "1":
-        pytest.fail(f"{message}, and ASKCARDS_REQUIRE_SERVICES=1 requires it")
-    pytest.skip(message)
+    require(False, "Debian's chromium is not installed (apt-get install -y chromium; .ci/run does it)")
 
 
 @pytest.fixture
 def service(tmp_path):
-    env = serving.service_env(tmp_path)
-    serving.manage(env, "migrate", "-v0")
-    seed = serving.shell_json(env, SEED)
-    with serving.serve(env) as base:
+    with serving.seeded(tmp_path, SEED) as (base, seed):
         yield base, {"Authorization": f"Bearer {seed['key']}"}
 
 

@@ -7,15 +7,13 @@ crossing processes it could only return at its timeout.
 """
 from __future__ import annotations
 
-import socket
-import subprocess
-import sys
 import threading
 import time
 
 import pytest
 import requests
 
+from tests import serving
 from tests.conftest import require_service
 from tests.scale import harness
 
@@ -24,12 +22,6 @@ pytestmark = [pytest.mark.postgres, pytest.mark.redis]
 REDIS_HOST, REDIS_PORT, REDIS_DB = "127.0.0.1", 6379, 11
 POLL_TIMEOUT = 20  # seconds the server may hold the long-poll
 WAKE_WITHIN = 5  # seconds from the answer to the poll's response
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -45,38 +37,8 @@ def redis_env(redis_url, pg_db):
 
 @pytest.fixture(scope="module")
 def server(redis_env, tmp_path_factory):
-    port = _free_port()
-    log = (tmp_path_factory.mktemp("serve") / "serve.log").open("w+")
-    proc = subprocess.Popen(
-        [sys.executable, "manage.py", "serve", f"127.0.0.1:{port}", "--no-worker", "--no-migrate"],
-        cwd=harness.PROJECT_DIR, env=redis_env, stdout=log, stderr=subprocess.STDOUT,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert proc.poll() is None, f"serve exited with {proc.returncode}:\n{_read(log)}"
-            try:
-                requests.get(f"{base}/api/v1/asks", timeout=2)
-                break
-            except requests.ConnectionError:
-                assert time.monotonic() < deadline, f"serve did not answer within 30 s:\n{_read(log)}"
-                time.sleep(0.2)
+    with serving.serve(redis_env, "--no-worker", "--no-migrate", log_dir=tmp_path_factory.mktemp("serve")) as base:
         yield base
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
-        log.close()
-
-
-def _read(log) -> str:
-    log.flush()
-    log.seek(0)
-    return log.read()[-4000:]
 
 
 def _wait_until_parked(ask_id: str, timeout: float = 10) -> None:
