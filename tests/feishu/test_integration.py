@@ -86,6 +86,27 @@ def test_sub_agent_session_never_gets_the_tool(agent, session, api):
     assert _ask(agent, child).status == "failed"
 
 
+def test_wechat_session_never_gets_the_tool(agent, api, feishu_surfaces):
+    wechat, _ = services.session_upsert(agent=agent, key="wechat/alice", platform="wechat", user_id="alice")
+    assert api.get(f"/api/v1/sessions/{wechat.id}/tools").json() == []
+    outcome = _ask(agent, wechat)
+    assert (outcome.status, json.loads(outcome.tool_result)["reason"]) == ("failed", "not_available")
+
+
+def test_group_card_goes_to_the_chat_and_only_the_sender_answers(agent, api, bot, feishu_surfaces, fake):
+    group, _ = services.session_upsert(
+        agent=agent, key="ws/feishu-chat/oc_team", bot=bot, chat_id="oc_team", chat_type="group"
+    )
+    assert api.put(f"/api/v1/sessions/{group.id}/progress", {"status": "running"}, format="json").status_code == 400
+    _progress(api, group, sender_id="ou_carol")
+    ask = _ask(agent, group, sender_id="ou_carol").ask
+    converge()
+    sent = fake.calls("POST", "/open-apis/im/v1/messages")[0]
+    assert (sent.query["receive_id_type"], sent.json["receive_id"]) == ("chat_id", "oc_team")
+    assert click(bot, operator="ou_dave", value=submit_value(ask), form_value={"q0_0": "0", "q0_1": ["0"]}).json()["toast"]["content"] == "仅消息发送者可操作"
+    assert click(bot, operator="ou_carol", value=submit_value(ask), form_value={"q0_0": "0", "q0_1": ["0"]}).json()["toast"]["content"] == "已提交"
+
+
 def test_ask_mounts_as_a_form_on_the_running_card(agent, session, api, fake):
     body = _progress(api, session, content="Step 1: reading the code")
     assert body["message_id"] is None  # sent by the worker, never on the API path
