@@ -125,6 +125,7 @@ def test_person_answers_in_the_browser_and_the_agent_gets_it(service, browser_pa
     ask_id = open_ask.get_attribute("data-request-id")
     second = page.locator(f'[data-request-id="{ask_id}"]')
     assert page.title().startswith("(1) ")
+    assert page.locator("#announce").text_content() == "新问题：Database、Platforms"
     assert second.get_by_text("Relational, runs as a server").is_visible()
 
     # The Feishu rule: each question needs a selection or text; nothing is sent until then.

@@ -31,6 +31,7 @@
   const list = document.getElementById("asks");
   const empty = document.getElementById("empty");
   const connection = document.getElementById("connection");
+  const announce = document.getElementById("announce");
   const baseTitle = document.title;
   const asks = new Map(); // requestId -> {section, form, status, state: "open" | "sending" | "done", sent}
   let socket = null;
@@ -210,7 +211,10 @@
   // ------------------------------------------------------------------ protocol
   const handlers = {
     ask_user_questions(message) {
-      if (!asks.has(message.requestId)) renderAsk(message);
+      if (asks.has(message.requestId)) return;
+      renderAsk(message);
+      // Screen readers hear about a new question without losing their place.
+      announce.textContent = `新问题：${message.questions.map((q) => q.header).join("、")}`;
     },
     ask_user_questions_cancelled(message) {
       const entry = asks.get(message.requestId);
