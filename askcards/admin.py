@@ -17,7 +17,7 @@ from django.http import HttpRequest
 from django.utils.translation import ngettext
 
 from . import crypto, outbox, services
-from .models import Agent, Ask, AskEvent, Bot, CardMessage, OutboxEvent, Respondent, Session
+from .models import Agent, Ask, AskEvent, Bot, CardMessage, OutboxEvent, ProgressCard, Respondent, Session
 
 # ------------------------------------------------------------------------------------------- asks
 
@@ -166,6 +166,29 @@ class AskAdmin(admin.ModelAdmin):
 # --------------------------------------------------------------------------------------- sessions
 
 
+class ProgressCardInline(ReadOnlyInline):
+    """The session's Feishu progress cards, one per run, newest first, with their sync state."""
+
+    model = ProgressCard
+    fields = ("created_at", "status", "cancel_requested_at", "title", "sender_id", "message", "synced", "last_error")
+    ordering = ("-id",)
+
+    @admin.display(description="Feishu message")
+    def message(self, card: ProgressCard) -> str:
+        message = card.card_messages.first()
+        return (message.message_id or "(not sent yet)") if message else "-"
+
+    @admin.display(description="shows latest state", boolean=True)
+    def synced(self, card: ProgressCard) -> bool | None:
+        message = card.card_messages.first()
+        return message.synced_version >= message.version if message else None
+
+    @admin.display(description="last error")
+    def last_error(self, card: ProgressCard) -> str:
+        message = card.card_messages.first()
+        return message.last_error if message else ""
+
+
 @admin.register(Session)
 class SessionAdmin(admin.ModelAdmin):
     """Sessions are created by agents through the API; an operator may only re-point the web panel."""
@@ -192,6 +215,7 @@ class SessionAdmin(admin.ModelAdmin):
         "updated_at",
     )
     editable_fields = ("web_user",)
+    inlines = (ProgressCardInline,)
 
     def get_readonly_fields(self, request: HttpRequest, obj: Session | None = None) -> list[str]:
         return [name for name in self.fields if name not in self.editable_fields]

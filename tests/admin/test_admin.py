@@ -398,3 +398,11 @@ def test_ask_event_admin_denies_delete(admin_client, pending_ask):
     response = admin_client.post(admin_url("askevent", "delete", event.pk), {"post": "yes"})
     assert response.status_code == 403
     assert AskEvent.objects.filter(pk=event.pk).exists()
+
+
+def test_session_page_shows_its_progress_cards_and_their_sync_state(admin_client, agent, feishu_bot):
+    session, _ = services.session_upsert(agent=agent, key=f"feishu-{feishu_bot.app_id}-private-ou_a", bot=feishu_bot)
+    card = services.progress_put(session=session, status="running", title="Nightly import")
+    CardMessage.objects.filter(progress_card=card).update(message_id="om_progress_1", last_error="HTTP 429, code 230020")
+    page = admin_client.get(admin_url("session", "change", session.pk)).content.decode()
+    assert "Nightly import" in page and "om_progress_1" in page and "HTTP 429, code 230020" in page
