@@ -169,6 +169,7 @@ class Phase:
     exhausted_after: float | None = None
     server_cpu: float = 0.0
     worker_cpu: float = 0.0
+    postgres_cpu: float | None = None
     client_cpu: float = 0.0
     patches: int = 0  # card PATCHes the stub received during the phase and its drain
     drain_seconds: float = 0.0
@@ -201,6 +202,28 @@ class TargetResult:
     phases: list[tuple[Phase, Phase]] = field(default_factory=list)  # (healthz, callback) per client count
     load_start: float = 0.0
     load_end: float = 0.0
+
+
+def postgres_cpu_seconds() -> float:
+    """CPU of every process named postgres on this machine, with its ended children (its backends
+    serve the run's queries; anything else using this PostgreSQL at the same time counts too)."""
+    total = 0.0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/comm") as fh:
+                if fh.read().strip() != "postgres":
+                    continue
+        except OSError:
+            continue
+        try:  # utime, stime, cutime, cstime: ended backends (one per Django connection) count in their parent
+            with open(f"/proc/{entry}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += sum(int(value) for value in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 def own_cpu_seconds() -> float:
@@ -450,6 +473,7 @@ async def measure(args: argparse.Namespace, result: TargetResult, base: str, stu
                 patches_before = (await stub_stats(http, stub_base)).get("patch", 0)
                 cpu = [proc_cpu_seconds(pid) for pid in pids]
                 own = own_cpu_seconds()
+                pg_cpu = postgres_cpu_seconds() if result.target == "postgres" else None
                 if name == "callback":
                     profiler.start(f"c{clients}")
                 say(f"  {result.target}: {name}, {clients} clients, {seconds:.0f} s …")
@@ -459,6 +483,8 @@ async def measure(args: argparse.Namespace, result: TargetResult, base: str, stu
                 phase.drain_seconds = await wait_idle(pids, 60)
                 phase.server_cpu = proc_cpu_seconds(server.pid) - cpu[0]
                 phase.worker_cpu = proc_cpu_seconds(worker.pid) - cpu[1] if worker else 0.0
+                if pg_cpu is not None:
+                    phase.postgres_cpu = postgres_cpu_seconds() - pg_cpu
                 phase.patches = (await stub_stats(http, stub_base)).get("patch", 0) - patches_before
                 say(f"    {phase.ok} ok in {phase.seconds:.1f} s = {phase.rps:.0f}/s, p50 {phase.pct(50):.1f} ms, "
                     f"p99 {phase.pct(99):.1f} ms, errors {sum(phase.errors.values())}"
@@ -581,13 +607,15 @@ def print_report(args: argparse.Namespace, results: list[TargetResult]) -> None:
         say(f"\n[{r.target}]{r.note} {r.seeded} asks seeded on {r.cards} cards ({args.asks_per_card or r.seeded} per card) "
             f"in {r.seed_seconds:.1f} s; load average {r.load_start:.1f} at start, {r.load_end:.1f} at end")
         say(f"  {'clients':>7} {'view':<9} {'req/s':>7} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'ok':>6} {'errors':>6} "
-            f"{'srv CPU':>8} {'wrk CPU':>8} {'cli CPU':>8} {'PATCHes':>7}")
+            f"{'srv CPU':>8} {'wrk CPU':>8} {'pg CPU':>8} {'cli CPU':>8} {'PATCHes':>7}")
         for healthz, callback in r.phases:
             for phase in (healthz, callback):
                 biggest = phase.latencies[-1] * 1000 if phase.latencies else float("nan")
                 say(f"  {phase.clients:>7} {phase.name:<9} {phase.rps:>7.1f} {phase.pct(50):>8.1f} {phase.pct(99):>8.1f} "
                     f"{biggest:>8.1f} {phase.ok:>6} {sum(phase.errors.values()):>6} {phase.server_cpu:>7.1f}s "
-                    f"{phase.worker_cpu:>7.1f}s {phase.client_cpu:>7.1f}s {phase.patches:>7}")
+                    f"{phase.worker_cpu:>7.1f}s "
+                    + (f"{phase.postgres_cpu:>7.1f}s " if phase.postgres_cpu is not None else f"{'-':>8} ")
+                    + f"{phase.client_cpu:>7.1f}s {phase.patches:>7}")
                 for example in phase.error_examples:
                     say(f"      e.g. {example}")
                 if phase.exhausted_after is not None:
@@ -611,8 +639,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--healthz-seconds", type=float, default=10.0, help="/healthz phase per client count, default 10")
     parser.add_argument("--clients", default="5,50", help="comma-separated concurrent client counts, default 5,50")
     parser.add_argument("--targets", default="sqlite,postgres", help="sqlite and/or postgres, default both")
-    parser.add_argument("--asks-per-level", type=int, default=2500,
-                        help="pending asks seeded per client count (every submit answers a new one), default 2500")
+    parser.add_argument("--asks-per-level", type=int, default=1500,
+                        help="pending asks seeded per client count (every submit answers a new one), default 1500")
     parser.add_argument("--asks", type=int, default=0, help="pending asks seeded in all (overrides --asks-per-level)")
     parser.add_argument("--asks-per-card", type=int, default=5,
                         help="pending asks per session / progress card, default 5; 0 puts them all on one card")
