@@ -520,7 +520,7 @@ def run_target(args: argparse.Namespace, target: str) -> TargetResult:
     env.update({
         "ASKCARDS_DATA_DIR": str(data_dir),
         "ASKCARDS_SECRET_KEY": "bench",
-        "DJANGO_SETTINGS_MODULE": "project.settings",
+        "DJANGO_SETTINGS_MODULE": args.settings,
         "LOG_LEVEL": "WARNING",
         "PYTHONUNBUFFERED": "1",
     })
@@ -645,6 +645,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--asks-per-card", type=int, default=5,
                         help="pending asks per session / progress card, default 5; 0 puts them all on one card")
     parser.add_argument("--port", type=int, default=0, help="server port on 127.0.0.1; 0 picks a free one")
+    parser.add_argument("--settings", default="project.settings",
+                        help="DJANGO_SETTINGS_MODULE for every process (to try a settings variant), default project.settings")
     parser.add_argument("--no-worker", action="store_true", help="run without the worker (no card PATCHes)")
     parser.add_argument("--profile", metavar="PREFIX",
                         help="py-spy record the server during each callback phase into PREFIX-<target>-c<clients>.txt")
