@@ -299,7 +299,8 @@ class Processes:
         self.log_dir = log_dir
         self.started: list[tuple[str, subprocess.Popen, Any]] = []
 
-    def start(self, name: str, argv: list[str], env: dict[str, str], *, capture_stdout: bool = False) -> subprocess.Popen:
+    def start(self, name: str, argv: list[str], env: dict[str, str], *,
+              capture_stdout: bool = False) -> subprocess.Popen:
         log = open(self.log_dir / f"{name}.log", "wb")
         proc = subprocess.Popen(
             argv, cwd=PROJECT_DIR, env=env, stdout=subprocess.PIPE if capture_stdout else log,
@@ -368,7 +369,8 @@ def pg_available() -> str:
         with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True, connect_timeout=3) as conn:
             conn.execute("select 1")
     except Exception as exc:  # noqa: BLE001 - any failure means: skip the target
-        return f"PostgreSQL at 127.0.0.1:5432 is not usable ({type(exc).__name__}: {str(exc).strip()[:120]})"
+        detail = " ".join(str(exc).split())[:160]
+        return f"PostgreSQL at {PG_SERVER} is not usable ({type(exc).__name__}: {detail})"
     return ""
 
 
@@ -556,7 +558,8 @@ def run_target(args: argparse.Namespace, target: str) -> TargetResult:
         if target == "sqlite":
             server = procs.start("server", [PYTHON, "manage.py", "serve", f"{HOST}:{port}", "--no-migrate",
                                             *(["--no-worker"] if args.no_worker else [])], env)
-            result.note += " serve (one process: daphne + worker lanes)" + (", worker OFF" if args.no_worker else "") + ";"
+            worker_off = ", worker OFF" if args.no_worker else ""
+            result.note += f" serve (one process: daphne + worker lanes){worker_off};"
         else:
             server = procs.start("server", [PYTHON, "-m", "daphne", "-v", "0", "-b", HOST, "-p", str(port),
                                             "project.asgi:application"], env)
@@ -604,14 +607,17 @@ def print_report(args: argparse.Namespace, results: list[TargetResult]) -> None:
         if r.skipped:
             say(f"\n[{r.target}] SKIPPED: {r.skipped}")
             continue
-        say(f"\n[{r.target}]{r.note} {r.seeded} asks seeded on {r.cards} cards ({args.asks_per_card or r.seeded} per card) "
+        say(f"\n[{r.target}]{r.note} {r.seeded} asks seeded on {r.cards} cards "
+            f"({args.asks_per_card or r.seeded} per card) "
             f"in {r.seed_seconds:.1f} s; load average {r.load_start:.1f} at start, {r.load_end:.1f} at end")
-        say(f"  {'clients':>7} {'view':<9} {'req/s':>7} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'ok':>6} {'errors':>6} "
+        say(f"  {'clients':>7} {'view':<9} {'req/s':>7} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} "
+            f"{'ok':>6} {'errors':>6} "
             f"{'srv CPU':>8} {'wrk CPU':>8} {'pg CPU':>8} {'cli CPU':>8} {'PATCHes':>7}")
         for healthz, callback in r.phases:
             for phase in (healthz, callback):
                 biggest = phase.latencies[-1] * 1000 if phase.latencies else float("nan")
-                say(f"  {phase.clients:>7} {phase.name:<9} {phase.rps:>7.1f} {phase.pct(50):>8.1f} {phase.pct(99):>8.1f} "
+                say(f"  {phase.clients:>7} {phase.name:<9} {phase.rps:>7.1f} "
+                    f"{phase.pct(50):>8.1f} {phase.pct(99):>8.1f} "
                     f"{biggest:>8.1f} {phase.ok:>6} {sum(phase.errors.values()):>6} {phase.server_cpu:>7.1f}s "
                     f"{phase.worker_cpu:>7.1f}s "
                     + (f"{phase.postgres_cpu:>7.1f}s " if phase.postgres_cpu is not None else f"{'-':>8} ")
@@ -636,7 +642,8 @@ def print_report(args: argparse.Namespace, results: list[TargetResult]) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=20.0, help="callback phase per client count, default 20")
-    parser.add_argument("--healthz-seconds", type=float, default=10.0, help="/healthz phase per client count, default 10")
+    parser.add_argument("--healthz-seconds", type=float, default=10.0,
+                        help="/healthz phase per client count, default 10")
     parser.add_argument("--clients", default="5,50", help="comma-separated concurrent client counts, default 5,50")
     parser.add_argument("--targets", default="sqlite,postgres", help="sqlite and/or postgres, default both")
     parser.add_argument("--asks-per-level", type=int, default=1500,
@@ -646,7 +653,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="pending asks per session / progress card, default 5; 0 puts them all on one card")
     parser.add_argument("--port", type=int, default=0, help="server port on 127.0.0.1; 0 picks a free one")
     parser.add_argument("--settings", default="project.settings",
-                        help="DJANGO_SETTINGS_MODULE for every process (to try a settings variant), default project.settings")
+                        help="DJANGO_SETTINGS_MODULE for every process (to try a settings variant), "
+                             "default project.settings")
     parser.add_argument("--no-worker", action="store_true", help="run without the worker (no card PATCHes)")
     parser.add_argument("--profile", metavar="PREFIX",
                         help="py-spy record the server during each callback phase into PREFIX-<target>-c<clients>.txt")

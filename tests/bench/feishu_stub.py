@@ -59,7 +59,8 @@ def build_app() -> web.Application:
     async def other(request: web.Request) -> web.Response:
         await request.read()
         counts["unknown"] += 1
-        return web.json_response({"code": 99991400, "msg": f"stub: no route {request.method} {request.path}"}, status=404)
+        message = f"stub: no route {request.method} {request.path}"
+        return web.json_response({"code": 99991400, "msg": message}, status=404)
 
     app = web.Application(client_max_size=1 << 20)
     app.router.add_post(TOKEN_PATH, token)
