@@ -5,12 +5,20 @@ a reload or a reconnect shows the same state. No build step — plain HTML, CSS 
 """
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
+from django.http import HttpResponse
 from django.shortcuts import render
+from django.views.decorators.http import require_safe
 
 
 @login_required
 def panel(request):
     return render(request, "askcards/panel.html")
+
+
+@require_safe
+def healthz(request):
+    """Liveness for load balancers (and the benchmarks' trivial view): no database, no session."""
+    return HttpResponse("ok", content_type="text/plain")
 
 
 login = auth_views.LoginView.as_view(template_name="askcards/login.html", redirect_authenticated_user=True)
