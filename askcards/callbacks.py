@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import logging
 
+from django.db import transaction
 from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 from askcards import services
+from askcards.db import in_pool
 from askcards.models import Ask, Bot, CardMessage, ProgressCard
 from askcards.surfaces.feishu import cards as feishu_cards
 from askcards.surfaces.feishu import parse as feishu_parse
@@ -24,34 +26,46 @@ logger = logging.getLogger(__name__)
 
 @csrf_exempt
 @require_POST
-def feishu_callback(request, app_id: str):
+async def feishu_callback(request, app_id: str):
+    # The work runs on the shared thread pool (connections kept per thread), not on a thread
+    # started for this one request: a click costs what its queries and crypto cost.
+    status, body = await in_pool(_feishu_handle, app_id, request.headers, request.body)
+    return JsonResponse(body, status=status)
+
+
+def _feishu_handle(app_id: str, headers, raw_body: bytes) -> tuple[int, dict]:
     bot = Bot.objects.filter(platform=Bot.Platform.FEISHU, app_id=app_id, is_active=True).first()
     if bot is None:
-        return JsonResponse({"error": "unknown app"}, status=404)
+        return 404, {"error": "unknown app"}
     try:
         payload = feishu_security.open_callback(
-            request.headers, request.body, encrypt_key=bot.encrypt_key, verification_token=bot.verification_token
+            headers, raw_body, encrypt_key=bot.encrypt_key, verification_token=bot.verification_token
         )
     except feishu_security.CallbackRejected as exc:
         logger.warning("feishu callback for app %s rejected: %s", app_id, exc)
-        return JsonResponse({"error": str(exc)}, status=401)
+        return 401, {"error": str(exc)}
     if payload.get("type") == "url_verification":
-        return JsonResponse({"challenge": payload.get("challenge", "")})
+        return 200, {"challenge": payload.get("challenge", "")}
     try:
         action = feishu_parse.parse_card_action(payload)
     except feishu_parse.NotACardAction:
-        return JsonResponse({})
+        return 200, {}
     except feishu_parse.MalformedCallback as exc:
         logger.warning("feishu callback for app %s malformed: %s", app_id, exc)
-        return JsonResponse({"error": str(exc)}, status=400)
-    if action.event_id and not services.callback_receipt(platform=Bot.Platform.FEISHU, event_id=action.event_id):
-        logger.info("feishu callback event %s was already handled", action.event_id)
-        return JsonResponse({})
-    if action.kind == feishu_cards.ASK_KIND and action.act == "submit":
-        return JsonResponse(_ask_submit(bot, action))
-    if action.kind == feishu_cards.PROGRESS_KIND and action.act == "cancel":
-        return JsonResponse(_progress_cancel(bot, action))
-    return JsonResponse({})
+        return 400, {"error": str(exc)}
+    handlers = {(feishu_cards.ASK_KIND, "submit"): _ask_submit, (feishu_cards.PROGRESS_KIND, "cancel"): _progress_cancel}
+    handler = handlers.get((action.kind, action.act))
+    # One write transaction: the event's receipt commits with the state change it caused, so a
+    # re-delivery is refused exactly when the first delivery took effect.
+    with transaction.atomic():
+        if action.event_id and not services.callback_receipt(platform=Bot.Platform.FEISHU, event_id=action.event_id):
+            logger.info("feishu callback event %s was already handled", action.event_id)
+            return 200, {}
+        if handler is None:
+            return 200, {}
+        toast_type, text, card = handler(bot, action)
+    # Rendered from the committed state, after the transaction (no lock held while rendering).
+    return 200, feishu_cards.callback_response(toast_type, text, feishu.render(card).card if card is not None else None)
 
 
 def _clicked_card(bot: Bot, action) -> ProgressCard | None:
@@ -69,19 +83,15 @@ def _clicked_card(bot: Bot, action) -> ProgressCard | None:
     return card
 
 
-def _reply(toast_type: str, text: str, card: ProgressCard | None) -> dict:
-    return feishu_cards.callback_response(toast_type, text, feishu.render(card).card if card is not None else None)
-
-
-def _ask_submit(bot: Bot, action) -> dict:
+def _ask_submit(bot: Bot, action) -> tuple[str, str, ProgressCard | None]:
     card = _clicked_card(bot, action)
-    ask = Ask.objects.select_related("session").filter(pk=action.ask_id, session__bot=bot).first()
+    ask = Ask.objects.select_related("session", "agent").filter(pk=action.ask_id, session__bot=bot).first()
     if ask is None:
-        return _reply("info", feishu_cards.TOAST_STALE, card)
+        return "info", feishu_cards.TOAST_STALE, card
 
-    def rejected(why: str, toast_type: str, text: str) -> dict:
+    def rejected(why: str, toast_type: str, text: str) -> tuple[str, str, ProgressCard | None]:
         services.ask_click_rejected(ask=ask, why=why, actor=f"respondent:{action.operator}", surface=feishu.NAME)
-        return _reply(toast_type, text, card)
+        return toast_type, text, card
 
     if ask.status != Ask.Status.PENDING:
         return rejected("late", "info", feishu_cards.TOAST_STALE)
@@ -94,19 +104,19 @@ def _ask_submit(bot: Bot, action) -> dict:
     except feishu_parse.MalformedCallback as exc:
         logger.warning("feishu submit for ask %s has values no form produces: %s", ask.id, exc)
         return rejected("malformed", "info", feishu_cards.TOAST_STALE)
-    outcome = services.ask_answer(ask_id=ask.id, answers=answers, surface=feishu.NAME, respondent_id=action.operator)
+    outcome = services.ask_answer(ask_id=ask.id, ask=ask, answers=answers, surface=feishu.NAME, respondent_id=action.operator)
     if not outcome.accepted:
-        return _reply("info", feishu_cards.TOAST_STALE, card)
-    return _reply("success", feishu_cards.TOAST_SUBMITTED, card)
+        return "info", feishu_cards.TOAST_STALE, card
+    return "success", feishu_cards.TOAST_SUBMITTED, card
 
 
-def _progress_cancel(bot: Bot, action) -> dict:
+def _progress_cancel(bot: Bot, action) -> tuple[str, str, ProgressCard | None]:
     card = _clicked_card(bot, action)
     if card is None:
-        return feishu_cards.callback_response("info", feishu_cards.TOAST_STALE)
+        return "info", feishu_cards.TOAST_STALE, None
     if action.operator.casefold() != (card.sender_id or card.session.user_id).casefold():
-        return _reply("error", feishu_cards.TOAST_NOT_SENDER, card)
+        return "error", feishu_cards.TOAST_NOT_SENDER, card
     if not services.session_cancel_request(card=card, actor=f"respondent:{action.operator}"):
-        return _reply("info", feishu_cards.TOAST_STALE, card)
+        return "info", feishu_cards.TOAST_STALE, card
     card.refresh_from_db()
-    return _reply("success", feishu_cards.TOAST_CANCELLED, card)
+    return "success", feishu_cards.TOAST_CANCELLED, card

@@ -15,7 +15,7 @@ from functools import partial
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -234,6 +234,7 @@ def ask_activate(*, ask: Ask) -> bool:
             return False
         ask.status, ask.activated_at = Ask.Status.PENDING, now
         _audit(ask, AskEvent.Kind.ACTIVATED, Ask.Status.RESERVED, Ask.Status.PENDING, SYSTEM)
+        surfaces.mark_changed(ask)
         transaction.on_commit(partial(_after_change, ask, "show"))
     return True
 
@@ -254,15 +255,18 @@ def ask_answer(
     answers: Any,
     surface: str,
     respondent_id: str | None = None,
+    ask: Ask | None = None,
 ) -> AnswerOutcome:
     """A person answered on a surface. The first valid answer wins; later ones change nothing.
 
     ``answers`` is the seed's list of ``{question, selectedLabels, customInput}``. Invalid answers
     raise nothing: they return ``accepted=False, error="invalid: …"`` so surfaces can tell the person.
     ``respondent_id`` (when given) must be the ask's owner; surfaces that authorise otherwise
-    (a logged-in panel user) pass None.
+    (a logged-in panel user) pass None. ``ask`` (optional) is the row the caller just read, with
+    ``session`` and ``agent`` loaded; only its id and unchanging fields are relied on.
     """
-    ask = Ask.objects.select_related("session", "agent").get(pk=ask_id)
+    if ask is None or ask.pk != ask_id:  # a caller that just read the ask may hand it over
+        ask = Ask.objects.select_related("session", "agent").get(pk=ask_id)
     actor = f"respondent:{respondent_id or ask.sender_id}"
     respondent = ask.respondents.first()
     if respondent_id is not None and (respondent is None or respondent.respondent_key != respondent_id.casefold()):
@@ -384,13 +388,19 @@ def card_delivery_failed(*, card: ProgressCard, error: str) -> int:
 
 
 def callback_receipt(*, platform: str, event_id: str) -> bool:
-    """Record a platform callback's event id; False when it was handled before (a re-delivery)."""
-    try:
-        with transaction.atomic():
-            CallbackReceipt.objects.create(platform=platform, event_id=event_id[:200])
-    except IntegrityError:
-        return False
-    return True
+    """Record a platform callback's event id; False when it was handled before (a re-delivery).
+
+    One ``INSERT … ON CONFLICT DO NOTHING`` (SQLite and PostgreSQL): no savepoint needed inside
+    the caller's transaction, and a concurrent duplicate waits for the first and then inserts nothing.
+    """
+    table = CallbackReceipt._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f'INSERT INTO "{table}" ("platform", "event_id", "created_at") VALUES (%s, %s, %s) '
+            'ON CONFLICT ("platform", "event_id") DO NOTHING',
+            [platform, event_id[:200], connection.ops.adapt_datetimefield_value(timezone.now())],
+        )
+        return cursor.rowcount == 1
 
 
 def callback_receipts_purge(*, now=None) -> int:
@@ -533,7 +543,8 @@ def _close(
     now = now or timezone.now()
     if result is None:
         result = {"tool_result": tools.error_result(reason)} if ask.blocking else {}
-    with transaction.atomic():
+    # No savepoint when nested (a callback's transaction): nothing here is caught and retried.
+    with transaction.atomic(savepoint=False):
         if len(expected) == 1:
             # The hot path (answers): the status it came from is known, no read needed.
             from_status = expected[0]
@@ -560,6 +571,7 @@ def _close(
             ask=ask,
             data={"status": status, "reason": reason},
         )
+        surfaces.mark_changed(ask)
         transaction.on_commit(partial(_after_change, ask, "withdraw"))
     logger.info("ask %s %s→%s (%s) by %s via %s", ask.id, from_status, status, reason, actor.split(":")[0], surface or "-")
     return True

@@ -124,13 +124,19 @@ TEMPLATES = [
 ]
 
 DATABASE_URL = os.environ.get("DATABASE_URL", "")
+# PostgreSQL connections come from a per-process pool (psycopg_pool, through Django's "pool"
+# option): a request or worker pass borrows one instead of forking a new backend each time.
+DB_POOL_MAX = int(os.environ.get("ASKCARDS_DB_POOL_MAX", "10"))
 if DATABASE_URL:
     DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
+    if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and DB_POOL_MAX > 0:
+        DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {"min_size": 1, "max_size": DB_POOL_MAX, "timeout": 10}
 else:
     DATA_DIR.mkdir(parents=True, exist_ok=True)
     DATABASES = {
         "default": {
-            "ENGINE": "django.db.backends.sqlite3",
+            # Django's SQLite backend, with this process's writers queued on a lock (see there).
+            "ENGINE": "askcards.db.sqlite3",
             "NAME": DATA_DIR / "askcards.sqlite3",
             # Keep a SQLite connection per thread instead of reopening (and re-reading the schema)
             # for every pooled call; a broken one is replaced at the next request.

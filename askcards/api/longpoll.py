@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from io import BytesIO
 from typing import Any, Callable
 
-from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.core.handlers.asgi import ASGIRequest
-from django.db import close_old_connections
 from django.http import HttpResponse
 from rest_framework.renderers import JSONRenderer
+
+from askcards.db import in_pool
 
 logger = logging.getLogger(__name__)
 
@@ -36,23 +36,15 @@ class LongPoll:
 
 
 def _in_pool(fn, *args, **kwargs):
-    """Run sync ORM code in the shared thread pool.
-
-    Connections belong to the pool's threads (a handful), never to a waiting request: after each
-    call ``close_old_connections`` ends the connection when CONN_MAX_AGE says so (every call on
-    PostgreSQL by default; SQLite keeps one open per thread)."""
+    """Run a view call in the shared thread pool (``askcards.db.in_pool``), rendered there too."""
 
     def call():
-        close_old_connections()
-        try:
-            response = fn(*args, **kwargs)
-            if response is not None and hasattr(response, "render") and not getattr(response, "is_rendered", True):
-                response.render()
-            return response
-        finally:
-            close_old_connections()
+        response = fn(*args, **kwargs)
+        if response is not None and hasattr(response, "render") and not getattr(response, "is_rendered", True):
+            response.render()
+        return response
 
-    return sync_to_async(call, thread_sensitive=False)()
+    return in_pool(call)
 
 
 class LongPollApp:

@@ -10,6 +10,10 @@ A surface module provides one object with:
   ``createAndDeliver``). Raise ``DeliveryFailed`` to fail the ask with ``delivery_failed``.
 - ``show(ask)`` — after the activation commits: push to panels, schedule a card render.
 - ``withdraw(ask)`` — after a terminal transition commits: tell every place still showing the ask.
+- ``mark(ask)`` (optional) — inside the transition's transaction (activation and every terminal
+  transition): record that a platform message must be re-rendered (bump ``CardMessage.version``),
+  so the mark commits with the change it is about — no re-render is lost to a crash between
+  commit and an after-commit hook, and no extra write transaction is needed.
 - ``sync_due(now)`` (optional) — a worker step: push what changed to platform messages whose
   desired version is ahead of what was pushed (``CardMessage.version > synced_version``), retrying
   what failed. Returns how much work it did.
@@ -78,6 +82,14 @@ def sync_due(now) -> int:
         except Exception:
             logger.exception("card sync of surface %s failed; retrying next tick", surface.name)
     return done
+
+
+def mark_changed(ask: Ask) -> None:
+    """Inside the transition's transaction: let the ask's surfaces mark what must be re-rendered."""
+    for surface in by_name(ask.surfaces):
+        mark = getattr(surface, "mark", None)
+        if mark is not None:
+            mark(ask)
 
 
 def run_hook(hook: str, ask: Ask) -> None:

@@ -375,3 +375,32 @@ def test_burst_of_changes_and_a_submit_converge_within_the_rate_limit(mounted, f
     assert patches and all(p.code == 0 for p in patches), [p.code for p in patches]
     assert len(patches) < 51  # coalesced: each PATCH carries every change made before it started
     print(f"burst: 50 updates + 1 submit -> {len(patches)} PATCHes")
+
+
+def test_callback_receipts_are_kept_a_day_then_dropped(mounted):
+    from datetime import timedelta
+
+    from askcards.models import CallbackReceipt
+
+    ask, _ = mounted
+    click(ask.session.bot, operator="ou_alice", value=submit_value(ask), form_value={"q0_0": "", "q0_1": []}, event_id="ev-old")
+    receipt = CallbackReceipt.objects.get(event_id="ev-old")
+    assert abs((receipt.created_at - timezone.now()).total_seconds()) < 60
+    assert services.callback_receipts_purge(now=timezone.now() + timedelta(hours=23)) == 0
+    assert services.callback_receipts_purge(now=timezone.now() + timedelta(hours=25)) == 1
+
+
+def test_asks_beyond_what_a_card_can_hold_are_counted_in_the_panel_note(agent, session, api, fake):
+    from askcards.surfaces.feishu.surface import MAX_FORMS
+
+    session.web_user = "alice"
+    session.save()
+    _progress(api, session)
+    small = [{"question": "Go?", "header": "Go", "options": [{"label": "Yes"}, {"label": "No"}]}]
+    PanelPresence.objects.create(username="alice", channel_name="x", last_seen=timezone.now())
+    for _ in range(MAX_FORMS + 5):
+        assert _ask(agent, session, questions=small).status == "pending"
+    rendered = render(_live(session))
+    assert len(rendered.shown) + len(rendered.overflow) <= MAX_FORMS
+    assert f"另有 {MAX_FORMS + 5 - len(rendered.shown)} 组问题超出卡片容量" in texts(rendered.card)
+    assert rendered.size <= 30 * 1024 and rendered.elements <= 200

@@ -84,6 +84,7 @@ class ProgressView:
     detail_url: str = ""
     panel_url: str = ""  # where asks that do not fit can be answered
     asks: Sequence[PendingAsk] = ()  # registration order
+    more_asks: int = 0  # pending asks after ``asks`` that were not even loaded: they go to the panel note
 
 
 @dataclass(frozen=True)
@@ -106,10 +107,11 @@ def card_size(card: Mapping[str, Any]) -> int:
 
 def count_elements(node: Any) -> int:
     """Every tagged object counts toward the 200-element limit, text objects included (reference §1.4)."""
-    if isinstance(node, Mapping):
-        return ("tag" in node) + sum(count_elements(value) for value in node.values())
+    # Concrete types: cards are plain JSON data, and an ABC check per node is slow on big cards.
+    if isinstance(node, dict):
+        return ("tag" in node) + sum(count_elements(value) for value in node.values() if isinstance(value, (dict, list)))
     if isinstance(node, list):
-        return sum(count_elements(value) for value in node)
+        return sum(count_elements(value) for value in node if isinstance(value, (dict, list)))
     return 0
 
 
@@ -265,19 +267,28 @@ def render_progress_card(view: ProgressView) -> RenderedCard:
     if view.status not in STATUS_TEXT:
         raise ValueError(f"unknown progress card status {view.status!r}; expected one of {sorted(STATUS_TEXT)}")
     asks = list(view.asks) if view.status == "running" else []
+    more = view.more_asks if view.status == "running" else 0
+    forms = [ask_form(n, ask, session_id=view.session_id, sender=view.sender) for n, ask in enumerate(asks)]
+    # The usual case: everything fits at once, measured once (the callback's hot path).
+    whole = _assemble(view, forms, more, truncate(view.content or "", CONTENT_CHARS))
+    size, elements = card_size(whole), count_elements(whole)
+    if size <= CARD_MAX_BYTES and elements <= CARD_MAX_ELEMENTS:
+        return RenderedCard(card=whole, shown=tuple(ask.id for ask in asks), overflow=(), size=size, elements=elements)
+    # The most forms that fit, in order (a later ask never jumps ahead of one that does not fit):
+    # fitting only gets harder with more forms, so search for the count.
     floor = truncate(view.content or "", CONTENT_FLOOR_CHARS)
-    forms: list[dict[str, Any]] = []
-    for ask in asks:
-        candidate = forms + [ask_form(len(forms), ask, session_id=view.session_id, sender=view.sender)]
-        # Stop at the first ask that does not fit: later ones must not jump ahead of it.
-        if not fits(_assemble(view, candidate, len(asks) - len(candidate), floor)):
-            break
-        forms = candidate
-    overflow = asks[len(forms):]
-    card = _fit_content(view, forms, len(overflow))
+    low, high = 0, len(forms)  # forms[:low] fits (no forms always does)
+    while low < high:
+        middle = (low + high + 1) // 2
+        if fits(_assemble(view, forms[:middle], len(forms) - middle + more, floor)):
+            low = middle
+        else:
+            high = middle - 1
+    overflow = asks[low:]
+    card = _fit_content(view, forms[:low], len(overflow) + more)
     return RenderedCard(
         card=card,
-        shown=tuple(ask.id for ask in asks[: len(forms)]),
+        shown=tuple(ask.id for ask in asks[:low]),
         overflow=tuple(ask.id for ask in overflow),
         size=card_size(card),
         elements=count_elements(card),

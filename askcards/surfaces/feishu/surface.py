@@ -2,8 +2,8 @@
 
 State lives in the database: a ``ProgressCard`` per run and its ``CardMessage`` (the Feishu
 message, with a desired ``version`` and the ``synced_version`` last pushed). Every change bumps
-``version`` (``services.card_touch``, or ``show``/``withdraw`` below); the worker's card-sync lane
-then sends or PATCHes the card, rendered from the latest state at send time:
+``version`` in the change's own transaction (``services.card_touch``, or ``mark`` below); the
+worker's card-sync lane then sends or PATCHes the card, rendered from the latest state at send time:
 
 - one push in flight per message: a worker claims the message by moving ``next_sync_at`` ahead;
 - at most 5 pushes per second per message: after a push ``next_sync_at`` is 200 ms later;
@@ -18,7 +18,7 @@ import logging
 from datetime import timedelta
 
 from django.conf import settings
-from django.db.models import F, Q
+from django.db.models import F, Q, Subquery
 from django.utils import timezone
 
 from askcards.models import Ask, Bot, CardMessage, ProgressCard, Session
@@ -35,6 +35,8 @@ CLAIM = timedelta(seconds=30)  # a worker's hold on a message while it pushes (>
 BACKOFF_SECONDS = (1, 2, 5, 10, 30, 60, 120, 300)
 SEND_ATTEMPTS = 5  # a first send failing this often (or permanently) fails the card's asks
 BATCH = 50
+# A form takes at least 7 of a card's 200 elements, so no more than this many can ever show.
+MAX_FORMS = 30
 
 
 def client_for(bot: Bot) -> FeishuClient:
@@ -60,10 +62,14 @@ def panel_url() -> str:
 def render(card: ProgressCard) -> RenderedCard:
     """The card as it must look now: forms for the session's pending Feishu asks while live."""
     session = card.session
-    asks = []
+    asks, more = [], 0
     if card.is_live:
         pending = Ask.objects.filter(session=session, status=Ask.Status.PENDING).order_by("created_at", "id")
-        asks = [PendingAsk(id=ask.id, questions=ask.questions or [], sender=ask.sender_id) for ask in pending if NAME in ask.surfaces]
+        rows = list(pending.only("id", "questions", "sender_id", "surfaces")[:MAX_FORMS + 1])
+        if len(rows) > MAX_FORMS:  # more than could ever fit: count the rest instead of loading it
+            more = pending.count() - MAX_FORMS
+            rows = rows[:MAX_FORMS]
+        asks = [PendingAsk(id=ask.id, questions=ask.questions or [], sender=ask.sender_id) for ask in rows if NAME in ask.surfaces]
     view = ProgressView(
         status=card.shown_status,
         title=card.title,
@@ -73,13 +79,9 @@ def render(card: ProgressCard) -> RenderedCard:
         detail_url=card.detail_url,
         panel_url=panel_url() if session.web_user else "",
         asks=asks,
+        more_asks=more,
     )
     return render_progress_card(view)
-
-
-def touch(card: ProgressCard | None) -> None:
-    if card is not None:
-        CardMessage.objects.filter(progress_card=card).update(version=F("version") + 1)
 
 
 class FeishuSurface:
@@ -94,11 +96,16 @@ class FeishuSurface:
     def deliver(self, ask: Ask) -> None:
         """Nothing to send up front: the form is part of the card's next render."""
 
+    def mark(self, ask: Ask) -> None:
+        """In the transition's transaction: the session's latest card needs one more render."""
+        latest = ProgressCard.objects.filter(session_id=ask.session_id).order_by("-id").values("id")[:1]
+        CardMessage.objects.filter(progress_card_id=Subquery(latest)).update(version=F("version") + 1)
+
     def show(self, ask: Ask) -> None:
-        touch(live_card(ask.session))
+        """Marked in the activation's transaction; the worker's card sync sends it."""
 
     def withdraw(self, ask: Ask) -> None:
-        touch(latest_card(ask.session))
+        """Marked in the transition's transaction; the worker's card sync PATCHes it."""
 
     def sync_due(self, now) -> int:
         due = (

@@ -1,0 +1,24 @@
+"""Database helpers shared by the async entry points (long-polls, platform callbacks)."""
+from __future__ import annotations
+
+from typing import Any, Awaitable, Callable
+
+from asgiref.sync import sync_to_async
+from django.db import close_old_connections
+
+
+def in_pool(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Awaitable[Any]:
+    """Run sync ORM code in the shared thread pool, not on a thread made for one request.
+
+    Connections belong to the pool's few long-lived threads: ``close_old_connections`` around each
+    call ends a connection when CONN_MAX_AGE says so (every call on PostgreSQL, which hands it back
+    to the psycopg pool; SQLite keeps one open per thread, schema read once)."""
+
+    def call():
+        close_old_connections()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            close_old_connections()
+
+    return sync_to_async(call, thread_sensitive=False)()
