@@ -6,6 +6,7 @@ Feishu API is called on this path (the group's copy is PATCHed by the worker aft
 """
 from __future__ import annotations
 
+import json
 import logging
 
 from django.db import transaction
@@ -29,11 +30,54 @@ logger = logging.getLogger(__name__)
 async def feishu_callback(request, app_id: str):
     # The work runs on the shared thread pool (connections kept per thread), not on a thread
     # started for this one request: a click costs what its queries and crypto cost.
-    status, body = await in_pool(_feishu_handle, app_id, request.headers, request.body)
+    status, body = await in_pool(feishu_handle, app_id, request.headers, request.body)
     return JsonResponse(body, status=status)
 
 
-def _feishu_handle(app_id: str, headers, raw_body: bytes) -> tuple[int, dict]:
+MAX_CALLBACK_BYTES = 1024 * 1024  # Feishu callbacks are a few KB
+
+
+class CallbackApp:
+    """The ASGI route ``serve`` and daphne use for platform callbacks: the same handler as the
+    Django view, without the session, auth, CSRF and message middleware that a platform's
+    machine-to-machine POST never uses (each costs a thread hop per request on an async view).
+    ``project/asgi.py`` routes ``/callbacks/…`` here; the Django URLconf keeps the view for WSGI
+    servers and the test client."""
+
+    def __init__(self, handle):
+        self.handle = handle
+
+    async def __call__(self, scope, receive, send):
+        if scope["method"] != "POST":
+            await _send_json(send, 405, {"error": "callbacks are POSTed"}, [(b"allow", b"POST")])
+            return
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > MAX_CALLBACK_BYTES:
+                await _send_json(send, 413, {"error": f"callback bodies are at most {MAX_CALLBACK_BYTES} bytes"})
+                return
+            chunks.append(chunk)
+            if not message.get("more_body"):
+                break
+        headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]}
+        app_id = scope["url_route"]["kwargs"]["app_id"]
+        status, body = await in_pool(self.handle, app_id, headers, b"".join(chunks))
+        await _send_json(send, status, body)
+
+
+async def _send_json(send, status: int, body: dict, extra_headers=()) -> None:
+    content = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(content)).encode()), *extra_headers]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": content})
+
+
+def feishu_handle(app_id: str, headers, raw_body: bytes) -> tuple[int, dict]:
     bot = Bot.objects.filter(platform=Bot.Platform.FEISHU, app_id=app_id, is_active=True).first()
     if bot is None:
         return 404, {"error": "unknown app"}

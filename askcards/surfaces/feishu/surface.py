@@ -14,7 +14,9 @@ worker's card-sync lane then sends or PATCHes the card, rendered from the latest
 """
 from __future__ import annotations
 
+import hashlib
 import logging
+import threading
 from datetime import timedelta
 
 from django.conf import settings
@@ -39,9 +41,21 @@ BATCH = 50
 MAX_FORMS = 30
 
 
+_clients = threading.local()
+
+
 def client_for(bot: Bot) -> FeishuClient:
-    # One attempt per push: the sync lane retries through next_sync_at instead of sleeping.
-    return FeishuClient(bot.app_id, bot.app_secret, bot.base_url, max_attempts=1)
+    """This thread's client of the bot, kept so its HTTP connection to Feishu is reused.
+
+    One attempt per push: the sync lane retries through next_sync_at instead of sleeping."""
+    key = (bot.pk, bot.app_id, bot.base_url, hashlib.sha256(bot.app_secret.encode()).hexdigest())
+    clients = getattr(_clients, "by_bot", None)
+    if clients is None:
+        clients = _clients.by_bot = {}
+    client = clients.get(key)
+    if client is None:
+        client = clients[key] = FeishuClient(bot.app_id, bot.app_secret, bot.base_url, max_attempts=1)
+    return client
 
 
 def latest_card(session: Session) -> ProgressCard | None:
