@@ -1,7 +1,6 @@
 """The DingTalk OpenAPI client against the fake DingTalk server (real HTTP)."""
 from __future__ import annotations
 
-import json
 import logging
 import time
 

@@ -103,7 +103,8 @@ def test_fields_keep_every_protocol_key():
 
 
 def test_blank_name_and_label_fall_back():
-    fields = form_fields_from_fields([{"name": "", "label": "", "type": "TEXT"}, {"name": "code", "label": " ", "type": "TEXT"}])
+    fields = form_fields_from_fields([{"name": "", "label": "", "type": "TEXT"},
+                                      {"name": "code", "label": " ", "type": "TEXT"}])
 
     assert [(f["name"], f["label"]) for f in fields] == [("answer_0", "answer_0"), ("code", "code")]
 

@@ -16,10 +16,10 @@ from askcards.tools.dingtalk_ask_user_question import (
     delivery_error,
     failed_details,
     list_details,
-    neutralise,
     pending_details,
     tool_result_text,
 )
+from askcards.tools.untrusted import neutralise
 
 Q_ID = "q_" + "2" * 32
 TRACK = "ask_" + "3" * 32

@@ -67,7 +67,9 @@ def test_action_defaults_to_create():
 
 
 def test_questions_and_fields_together_are_refused():
-    assert error_of({"questions": QUESTIONS, "fields": FIELDS}) == "arguments: give either questions or fields, not both"
+    assert error_of({"questions": QUESTIONS, "fields": FIELDS}) == (
+        "arguments: give either questions or fields, not both"
+    )
 
 
 def test_create_does_not_take_a_question_id():
@@ -122,7 +124,9 @@ def test_user_target_takes_no_respondent_list(respondents):
 
 @pytest.mark.parametrize("kind", ["channel", "USER", "", 1])
 def test_target_type_must_be_user_or_group(kind):
-    assert error_of({"target": {"type": kind, "id": "x"}, "fields": FIELDS}) == "Error: target.type must be user or group"
+    assert error_of({"target": {"type": kind, "id": "x"}, "fields": FIELDS}) == (
+        "Error: target.type must be user or group"
+    )
 
 
 @pytest.mark.parametrize("respondents", ["missing", None, [], "staff-a", [f"s{i}" for i in range(51)]])
@@ -288,7 +292,8 @@ def test_normalise_create_carries_target_and_timeout():
 
 def test_normalise_list_and_cancel():
     assert dt.TOOL.normalise({"action": "list"}).extra == {"action": "list"}
-    assert dt.TOOL.normalise({"action": "cancel", "questionId": "q_1"}).extra == {"action": "cancel", "questionId": "q_1"}
+    cancel = dt.TOOL.normalise({"action": "cancel", "questionId": "q_1"})
+    assert cancel.extra == {"action": "cancel", "questionId": "q_1"}
 
 
 def test_answers_result_is_the_responses():

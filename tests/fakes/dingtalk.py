@@ -363,7 +363,8 @@ def callback_payload(*, out_track_id: str, user_id: str, question_id: str = "", 
     raise ValueError(f"shape must be one of {SHAPES}")
 
 
-def signed_callback(api_secret: str, *, timestamp_ms: int | None = None, **payload: Any) -> tuple[dict[str, str], bytes]:
+def signed_callback(api_secret: str, *, timestamp_ms: int | None = None,
+                    **payload: Any) -> tuple[dict[str, str], bytes]:
     """Headers and body of an HTTP card callback, signed as DingTalk signs it (keywords as
     ``callback_payload``)."""
     timestamp = str(timestamp_ms if timestamp_ms is not None else int(time.time() * 1000))

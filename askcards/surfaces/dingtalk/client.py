@@ -218,7 +218,9 @@ class DingTalkClient:
         if callback_route_key:
             body["callbackRouteKey"] = callback_route_key
         if space_kind == "user":
-            body["imRobotOpenDeliverModel"] = {"spaceType": "IM_ROBOT", "robotCode": self.client_id, "extension": extension}
+            body["imRobotOpenDeliverModel"] = {
+                "spaceType": "IM_ROBOT", "robotCode": self.client_id, "extension": extension,
+            }
         else:
             body["imGroupOpenDeliverModel"] = {"robotCode": self.client_id, "extension": extension}
 
