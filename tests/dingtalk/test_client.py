@@ -62,6 +62,23 @@ def test_token_with_more_than_60_seconds_left_is_reused(sleeps):
         assert client.access_token() == client.access_token()
 
 
+def test_a_broken_cache_costs_a_token_request_not_the_call(client, fake, monkeypatch):
+    from askcards.surfaces.dingtalk import client as client_module
+
+    class BrokenCache:
+        def __getattr__(self, name):
+            def fail(*args):
+                raise ConnectionError("cache is down")
+            return fail
+
+    monkeypatch.setattr(client_module, "cache", BrokenCache())
+    deliver(client, "ask_1")
+    client.update_card("ask_1", {"card_status": "expired"})
+
+    assert len(fake.requests_to(TOKEN_PATH)) == 2
+    assert fake.card_params("ask_1")["card_status"] == "expired"
+
+
 def test_token_cached_for_one_app_is_not_used_for_another(client, fake):
     client.access_token()
     other = DingTalkClient("ding-other-app", "wrong", base_url=fake.base_url, sleep=lambda s: None)

@@ -166,7 +166,7 @@ class DingTalkClient:
 
     def access_token(self) -> str:
         """The app access token, from the cache until 60 s before it expires."""
-        token = cache.get(self._token_cache_key())
+        token = self._cache("get", self._token_cache_key())
         if token:
             return token
         body = self._call("POST", TOKEN_PATH, {"appKey": self.client_id, "appSecret": self._client_secret}, auth=False)
@@ -176,11 +176,19 @@ class DingTalkClient:
             raise DingTalkError("DingTalk access token response lacks accessToken/expireIn", code="invalidResponse")
         ttl = expire_in - TOKEN_REFRESH_MARGIN
         if ttl > 0:
-            cache.set(self._token_cache_key(), token, ttl)
+            self._cache("set", self._token_cache_key(), token, ttl)
         return token
 
     def forget_token(self) -> None:
-        cache.delete(self._token_cache_key())
+        self._cache("delete", self._token_cache_key())
+
+    def _cache(self, operation: str, *args: Any) -> Any:
+        # A cache outage (Redis down) costs a token request per call, not the call itself.
+        try:
+            return getattr(cache, operation)(*args)
+        except Exception:
+            logger.warning("DingTalk token cache %s failed for app %s", operation, self.client_id, exc_info=True)
+            return None
 
     # -- cards -----------------------------------------------------------------------------
 
