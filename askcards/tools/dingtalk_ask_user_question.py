@@ -364,11 +364,13 @@ def _text(value: Any) -> str:
     return value.strip() if isinstance(value, str) else ""
 
 
+_VALIDATOR = jsonschema.Draft202012Validator(INPUT_SCHEMA)
+
+
 def _check_schema(arguments: dict[str, Any]) -> None:
-    validator = jsonschema.Draft202012Validator(INPUT_SCHEMA)
-    errors = [error for error in validator.iter_errors(arguments) if error.validator != "anyOf"]
+    errors = [error for error in _VALIDATOR.iter_errors(arguments) if error.validator != "anyOf"]
     if not errors:
-        if validator.is_valid(arguments):
+        if _VALIDATOR.is_valid(arguments):
             return
         raise ArgumentError(
             "arguments: expected action create with questions or fields, list, or cancel with questionId"
