@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
@@ -14,10 +15,6 @@ from askcards.surfaces import web
 logger = logging.getLogger(__name__)
 
 
-@database_sync_to_async
-def _pending_asks(username: str) -> list[dict]:
-    asks = Ask.objects.filter(session__web_user=username, status=Ask.Status.PENDING)
-    return [web.ask_message(ask) for ask in asks.order_by("created_at", "id") if "web" in ask.surfaces]
 
 
 @database_sync_to_async
@@ -44,7 +41,8 @@ class PanelConsumer(AsyncJsonWebsocketConsumer):
         await self.channel_layer.group_add(self.group, self.channel_name)
         await database_sync_to_async(web.presence_touch)(username=self.username, channel_name=self.channel_name)
         await self.accept()
-        for message in await _pending_asks(self.username):
+        known = parse_qs(self.scope.get("query_string", b"").decode("latin-1")).get("known", [""])[0].split(",")
+        for message in await database_sync_to_async(web.panel_snapshot)(self.username, [k for k in known if k]):
             await self.send_json(message)
         self.heartbeat = asyncio.ensure_future(self._heartbeat())
 

@@ -149,7 +149,12 @@ class Session(models.Model):
 
 
 class ProgressCard(models.Model):
-    """The Feishu task card of a session; one live card per session."""
+    """The Feishu task card of one run of a session; the session's latest card is its live one.
+
+    A run starts with the first ``PUT …/progress`` and ends with a terminal status; a later
+    ``running`` update starts the next run on a new card message (as the seed posts one card per
+    task). Its Feishu message and sync state are the ``CardMessage`` pointing here.
+    """
 
     class Status(models.TextChoices):
         RUNNING = "running"
@@ -158,17 +163,29 @@ class ProgressCard(models.Model):
         CANCELLED = "cancelled"
         RECOVERING = "recovering"
 
-    session = models.OneToOneField(Session, on_delete=models.CASCADE, related_name="progress_card")
+    TERMINAL = ("completed", "failed", "cancelled")
+
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="progress_cards")
     status = models.CharField(max_length=12, choices=Status.choices, default=Status.RUNNING)
     title = models.CharField(max_length=500, blank=True)
     content = models.TextField(blank=True)
     detail_url = models.URLField(max_length=1000, blank=True)
     sender_id = models.CharField(max_length=200, blank=True)
     reply_to = models.CharField(max_length=200, blank=True)
-    version = models.PositiveIntegerField(default=0)
-    synced_version = models.PositiveIntegerField(default=0)
+    # The card's cancel button was pressed: the card shows "cancelled" from then on, whatever
+    # in-flight progress the agent still reports, until the agent ends the run.
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
+
+    @property
+    def shown_status(self) -> str:
+        return self.Status.CANCELLED if self.cancel_requested_at else self.status
+
+    @property
+    def is_live(self) -> bool:
+        """Forms may be mounted: running and not cancelled by the person."""
+        return self.status == self.Status.RUNNING and self.cancel_requested_at is None
 
     class Meta:
         constraints = [
@@ -354,14 +371,19 @@ class CardMessage(models.Model):
     pushed = models.JSONField(null=True, blank=True, help_text="What was last pushed")
     version = models.PositiveIntegerField(default=0)
     synced_version = models.PositiveIntegerField(default=0)
+    # Earliest next push: the per-message rate limit, a retry's backoff, or a worker's claim.
     next_sync_at = models.DateTimeField(null=True, blank=True)
+    sync_attempts = models.PositiveIntegerField(default=0, help_text="Failed pushes in a row")
     last_error = models.TextField(blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["platform", "message_id"], name="card_message_platform_id_unique"),
+            # message_id is blank until the platform returns it (a Feishu card not yet sent).
+            models.UniqueConstraint(
+                fields=["platform", "message_id"], name="card_message_platform_id_unique", condition=~Q(message_id="")
+            ),
         ]
         indexes = [
             # Worker card sync: messages whose desired version is ahead of what was pushed.
@@ -450,3 +472,17 @@ class PanelPresence(models.Model):
     class Meta:
         # reachable(): is any fresh socket of this user connected?
         indexes = [models.Index(fields=["username", "last_seen"], name="panel_presence_user_idx")]
+
+
+class CallbackReceipt(models.Model):
+    """A platform callback already handled (Feishu ``header.event_id``): a re-delivery is refused.
+
+    Rows older than a day are dropped by the worker; platforms re-deliver within minutes.
+    """
+
+    platform = models.CharField(max_length=10, choices=Bot.Platform.choices)
+    event_id = models.CharField(max_length=200)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["platform", "event_id"], name="callback_receipt_unique")]

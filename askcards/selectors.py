@@ -7,7 +7,7 @@ from typing import Any
 from django.db.models import QuerySet
 
 from .errors import NotFound
-from .models import Agent, Ask, OutboxEvent, Session
+from .models import Agent, Ask, OutboxEvent, ProgressCard, Session
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -99,3 +99,15 @@ def events_after(*, agent: Agent, after: int, limit: int = 100) -> list[OutboxEv
         .prefetch_related("ask__respondents")
         .order_by("seq")[:limit]
     )
+
+
+def progress_data(card: ProgressCard) -> dict[str, Any]:
+    message = card.card_messages.first()
+    return {
+        "session": {"id": card.session_id, "key": card.session.key},
+        "status": card.shown_status,
+        "title": card.title,
+        "message_id": (message.message_id or None) if message else None,
+        "synced": message is not None and message.synced_version >= message.version,
+        "last_error": message.last_error if message else "",
+    }

@@ -16,11 +16,12 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import F
 from django.utils import timezone
 
 from . import crypto, events, outbox, surfaces, tools
 from .errors import InvalidInput, UnknownTool
-from .models import Agent, Ask, AskEvent, Bot, OutboxEvent, Respondent, Session
+from .models import Agent, Ask, AskEvent, Bot, CallbackReceipt, CardMessage, OutboxEvent, ProgressCard, Respondent, Session
 from .tools import ask_user_questions
 
 logger = logging.getLogger(__name__)
@@ -289,6 +290,116 @@ def ask_answer(
     return AnswerOutcome(True, ask)
 
 
+# ------------------------------------------------------------------------------- progress cards
+
+
+def progress_put(
+    *,
+    session: Session,
+    status: str,
+    title: str = "",
+    content: str = "",
+    sender_id: str = "",
+    detail_url: str = "",
+    reply_to: str = "",
+) -> ProgressCard:
+    """The agent reports its task's progress on the session's Feishu card (SPEC §6.1).
+
+    The first report of a run creates the card (sent by the worker's card sync), later ones
+    schedule a re-render. A terminal status ends the run: the session's open asks are cancelled
+    (``session_cancelled``) and the card renders without forms; the next ``running`` report starts
+    a new card. While the person's cancel is pending, reports update the text but the card stays
+    cancelled.
+    """
+    if session.platform != Session.Platform.FEISHU:
+        raise InvalidInput(f"progress cards are Feishu cards; session {session.id} is a {session.platform} session")
+    if session.bot is None or session.bot.platform != Bot.Platform.FEISHU:
+        raise InvalidInput(f"session {session.id} has no Feishu bot: set bot (the app_id of a Feishu bot) on the session")
+    if status not in ProgressCard.Status.values:
+        raise InvalidInput(f"status must be one of {', '.join(ProgressCard.Status.values)}, got {status!r}")
+    owner = sender_id or session.user_id
+    if not owner and session.chat_type == Session.ChatType.GROUP:
+        raise InvalidInput("a group session's progress card needs sender_id (the person whose message the task answers)")
+    with transaction.atomic():
+        card = ProgressCard.objects.select_for_update().filter(session=session).order_by("-id").first()
+        if card is None or (card.status in ProgressCard.TERMINAL and status not in ProgressCard.TERMINAL):
+            card = ProgressCard.objects.create(
+                session=session, status=status, title=title, content=content, sender_id=owner,
+                detail_url=detail_url, reply_to=reply_to,
+            )
+            CardMessage.objects.create(
+                platform=Bot.Platform.FEISHU, bot=session.bot, progress_card=card, message_id="", version=1
+            )
+        else:
+            ended = status in ProgressCard.TERMINAL and card.status not in ProgressCard.TERMINAL
+            card.status, card.title, card.content, card.detail_url = status, title, content, detail_url
+            card.sender_id = owner or card.sender_id
+            card.save(update_fields=["status", "title", "content", "detail_url", "sender_id", "updated_at"])
+            card_touch(card=card)
+            if ended:
+                _cancel_session_asks(session, actor=f"agent:{session.agent.name}")
+    return card
+
+
+def session_cancel_request(*, card: ProgressCard, actor: str) -> bool:
+    """The person pressed the card's cancel button: end the asks, tell the agent, show cancelled.
+
+    False when the card already ended or was already cancelled (a repeated click changes nothing).
+    """
+    with transaction.atomic():
+        now = timezone.now()
+        if not ProgressCard.objects.filter(
+            pk=card.pk, cancel_requested_at__isnull=True, status__in=[ProgressCard.Status.RUNNING, ProgressCard.Status.RECOVERING]
+        ).update(cancel_requested_at=now):
+            return False
+        card.cancel_requested_at = now
+        session = card.session
+        _cancel_session_asks(session, actor=actor)
+        outbox.append(
+            agent_id=session.agent_id,
+            type=OutboxEvent.Type.SESSION_CANCEL_REQUESTED,
+            session=session,
+            data={"session": {"id": session.id, "key": session.key}, "by": actor},
+        )
+        card_touch(card=card)
+    return True
+
+
+def card_touch(*, card: ProgressCard) -> None:
+    """The card's state changed: its message needs one more render (the worker's card sync)."""
+    CardMessage.objects.filter(progress_card=card).update(version=F("version") + 1)
+
+
+def card_delivery_failed(*, card: ProgressCard, error: str) -> int:
+    """The progress card could not be sent: asks shown nowhere else fail with ``delivery_failed``."""
+    asks = Ask.objects.filter(session=card.session, status__in=Ask.OPEN).select_related("session", "agent")
+    return sum(
+        _close(ask, Ask.OPEN, Ask.Status.FAILED, Ask.Reason.DELIVERY_FAILED, SYSTEM, detail={"error": error[:300]})
+        for ask in asks
+        if ask.surfaces == ["feishu"]
+    )
+
+
+def callback_receipt(*, platform: str, event_id: str) -> bool:
+    """Record a platform callback's event id; False when it was handled before (a re-delivery)."""
+    try:
+        with transaction.atomic():
+            CallbackReceipt.objects.create(platform=platform, event_id=event_id[:200])
+    except IntegrityError:
+        return False
+    return True
+
+
+def callback_receipts_purge(*, now=None) -> int:
+    cutoff = (now or timezone.now()) - timedelta(days=1)
+    return CallbackReceipt.objects.filter(created_at__lt=cutoff).delete()[0]
+
+
+def _cancel_session_asks(session: Session, *, actor: str) -> int:
+    asks = Ask.objects.filter(session=session, status__in=Ask.OPEN).select_related("session", "agent")
+    return sum(ask_cancel(ask=ask, reason=Ask.Reason.SESSION_CANCELLED, actor=actor) for ask in asks)
+
+
 # ------------------------------------------------------------------------------- other endings
 
 
@@ -333,7 +444,15 @@ def session_message(*, session: Session, sender_id: str = "") -> int:
 def session_recover(*, session: Session) -> int:
     """The agent restarted (SPEC §5.5): its open non-targeted asks lose their context."""
     asks = Ask.objects.filter(session=session, status__in=Ask.OPEN, target_type=Ask.Target.NONE)
-    return sum(ask_invalidate(ask=ask, reason=Ask.Reason.RESTART, actor=f"agent:{session.agent.name}") for ask in asks)
+    invalidated = sum(ask_invalidate(ask=ask, reason=Ask.Reason.RESTART, actor=f"agent:{session.agent.name}") for ask in asks)
+    # The Feishu card of the interrupted run says "任务正在恢复执行", without forms.
+    with transaction.atomic():
+        card = ProgressCard.objects.select_for_update().filter(session=session).order_by("-id").first()
+        if card is not None and card.status == ProgressCard.Status.RUNNING:
+            card.status = ProgressCard.Status.RECOVERING
+            card.save(update_fields=["status", "updated_at"])
+            card_touch(card=card)
+    return invalidated
 
 
 def agent_recover(*, agent: Agent) -> int:

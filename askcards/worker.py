@@ -20,50 +20,83 @@ from . import outbox, services, surfaces
 
 logger = logging.getLogger(__name__)
 
-PURGE_EVERY = timedelta(minutes=1)
+HOUSEKEEPING_EVERY = timedelta(minutes=1)  # answer purge, callback receipts
 
 
 class Worker:
-    def __init__(self) -> None:
-        self._last_purge = None
+    """Duties in independent lanes, so a slow platform or webhook never delays a deadline.
 
-    def step(self) -> int:
-        """One pass over every duty; returns the amount of work done."""
+    ``step()`` runs every lane once, in order (tests, ``askcards_worker --once``); the loops run
+    each lane on its own thread (standalone worker) or task (inside ``serve``).
+    """
+
+    def __init__(self) -> None:
+        self._last_housekeeping = None
+        self.lanes = (self.deadlines, self.deliveries, self.card_sync, self.housekeeping)
+
+    # Each lane: one pass, returns the work it found. Connections are closed after every pass.
+    def deadlines(self) -> int:
+        return services.expire_due(now=timezone.now())
+
+    def deliveries(self) -> int:
+        return outbox.deliver_due(now=timezone.now())
+
+    def card_sync(self) -> int:
+        return surfaces.sync_due(timezone.now())
+
+    def housekeeping(self) -> int:
+        now = timezone.now()
+        if self._last_housekeeping is not None and now - self._last_housekeeping < HOUSEKEEPING_EVERY:
+            return 0
+        self._last_housekeeping = now
+        return services.purge_answers(now=now) + services.callback_receipts_purge(now=now)
+
+    def _pass(self, lane) -> int:
         close_old_connections()
         try:
-            now = timezone.now()
-            done = services.expire_due(now=now)
-            done += outbox.deliver_due(now=now)
-            done += surfaces.sync_due(now)
-            if self._last_purge is None or now - self._last_purge >= PURGE_EVERY:
-                self._last_purge = now
-                done += services.purge_answers(now=now)
-            return done
+            return lane()
         finally:
             connections.close_all()
 
-    def run_forever(self, stop: threading.Event) -> None:
-        """Blocking loop for the standalone worker process."""
-        logger.info("askcards worker started")
+    def step(self) -> int:
+        """One pass over every lane; returns the amount of work done."""
+        return sum(self._pass(lane) for lane in self.lanes)
+
+    def _loop(self, lane, stop: threading.Event) -> None:
         while not stop.is_set():
             try:
-                busy = self.step()
+                busy = self._pass(lane)
             except Exception:
-                logger.exception("worker step failed; retrying")
+                logger.exception("worker lane %s failed; retrying", lane.__name__)
                 busy = 0
             if not busy:
                 stop.wait(settings.ASKCARDS_WORKER_TICK_SECONDS)
+
+    def run_forever(self, stop: threading.Event) -> None:
+        """Blocking loop for the standalone worker process: one thread per lane."""
+        logger.info("askcards worker started")
+        threads = [
+            threading.Thread(target=self._loop, args=(lane, stop), name=f"askcards-{lane.__name__}", daemon=True)
+            for lane in self.lanes
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
         logger.info("askcards worker stopped")
 
     async def run_async(self) -> None:
-        """The same loop on a running event loop (``serve``): steps run in the thread pool, and
-        wake-ups they send go through the server's own (possibly in-memory) channel layer."""
+        """The same lanes as tasks on a running event loop (``serve``): passes run in the thread
+        pool, and wake-ups they send go through the server's own (possibly in-memory) channel layer."""
         logger.info("askcards worker started inside the server")
+        await asyncio.gather(*(self._lane_async(lane) for lane in self.lanes))
+
+    async def _lane_async(self, lane) -> None:
         while True:
             try:
-                busy = await sync_to_async(self.step, thread_sensitive=False)()
+                busy = await sync_to_async(self._pass, thread_sensitive=False)(lane)
             except Exception:
-                logger.exception("worker step failed; retrying")
+                logger.exception("worker lane %s failed; retrying", lane.__name__)
                 busy = 0
             if not busy:
                 await asyncio.sleep(settings.ASKCARDS_WORKER_TICK_SECONDS)

@@ -169,7 +169,10 @@ USE_I18N = True
 USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = DATA_DIR / "static"
-LOGIN_URL = "/admin/login/"
+# People sign in to the panel with a Django account (any user, not only staff as /admin/login/ requires).
+LOGIN_URL = "/login/"
+LOGIN_REDIRECT_URL = "/panel/"
+LOGOUT_REDIRECT_URL = "/login/"
 # Admin messages carry keys shown once: keep them server-side, not in a (readable) signed cookie.
 MESSAGE_STORAGE = "django.contrib.messages.storage.session.SessionStorage"
 
@@ -197,7 +200,10 @@ ASKCARDS_ANSWER_RETENTION_DAYS = envint("ASKCARDS_ANSWER_RETENTION_DAYS", 7)
 ASKCARDS_WORKER_TICK_SECONDS = 0.5
 ASKCARDS_WEBHOOK_TIMEOUT_SECONDS = 10
 ASKCARDS_WEBHOOK_RETRY_HOURS = 24
-ASKCARDS_SURFACES: list[str] = ["askcards.surfaces.web.WebSurface"]
+ASKCARDS_SURFACES: list[str] = [
+    "askcards.surfaces.web.WebSurface",
+    "askcards.surfaces.feishu.surface.FeishuSurface",
+]
 
 LOGGING = {
     "version": 1,

@@ -1,8 +1,16 @@
 from django.contrib import admin
 from django.urls import include, path
+from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from askcards import callbacks, views
+
 urlpatterns = [
+    path("", RedirectView.as_view(url="/panel/", permanent=False)),
+    path("panel/", views.panel, name="panel"),
+    path("login/", views.login, name="login"),
+    path("logout/", views.logout, name="logout"),
+    path("callbacks/feishu/<str:app_id>/", callbacks.feishu_callback, name="feishu-callback"),
     path("admin/", admin.site.urls),
     path("api/v1/", include("askcards.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),

@@ -1,16 +1,10 @@
 """`manage.py serve` end to end: one process serving the API and running the worker."""
-import json
-import os
-import socket
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 import requests
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests import serving
 
 SEED = """
 import json
@@ -30,41 +24,13 @@ print(json.dumps({"key": key, "ask": ask.id}))
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture
 def served(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}}
-    env.update(ASKCARDS_DATA_DIR=str(tmp_path), ASKCARDS_SECRET_KEY="serve-test", PYTHONUNBUFFERED="1")
-    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True, timeout=120)
-    seeded = subprocess.run(
-        [sys.executable, "manage.py", "shell", "-c", SEED], cwd=ROOT, env=env, check=True, timeout=60, capture_output=True, text=True
-    )
-    seed = json.loads(seeded.stdout.strip().splitlines()[-1])
-    port = _free_port()
-    server = subprocess.Popen(
-        [sys.executable, "manage.py", "serve", f"127.0.0.1:{port}"], cwd=ROOT, env=env,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(100):
-            try:
-                requests.get(f"{base}/api/schema/", timeout=2)
-                break
-            except requests.ConnectionError:
-                time.sleep(0.1)
+    env = serving.service_env(tmp_path)
+    serving.manage(env, "migrate", "-v0")
+    seed = serving.shell_json(env, SEED)
+    with serving.serve(env) as base:
         yield base, seed
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            server.kill()
 
 
 def test_serve_fires_deadline_that_passed_while_down(served):

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from askcards.models import Ask, Session
+from askcards.models import Ask, ProgressCard, Session
 
 MAX_WAIT_SECONDS = 60
 
@@ -77,6 +77,27 @@ class SessionOutput(serializers.Serializer):
 
 class MessageInput(StrictSerializer):
     sender_id = JsonString(max_length=200, required=False, allow_blank=True, default="")
+
+
+class ProgressInput(StrictSerializer):
+    status = serializers.ChoiceField(choices=ProgressCard.Status.choices)
+    title = JsonString(max_length=500, required=False, allow_blank=True, default="")
+    content = JsonString(max_length=100_000, required=False, allow_blank=True, default="", help_text="Markdown; cut to fit the card")
+    sender_id = JsonString(
+        max_length=200, required=False, allow_blank=True, default="",
+        help_text="Open_id of the person the task answers (owns the card's forms and cancel button); default the session's user_id",
+    )
+    detail_url = serializers.URLField(max_length=1000, required=False, allow_blank=True, default="")
+    reply_to = JsonString(max_length=200, required=False, allow_blank=True, default="", help_text="Message id the first card replies to")
+
+
+class ProgressOutput(serializers.Serializer):
+    session = serializers.DictField()
+    status = serializers.ChoiceField(choices=ProgressCard.Status.choices, help_text="As the card shows it")
+    title = serializers.CharField()
+    message_id = serializers.CharField(allow_null=True, help_text="Feishu message id once the card was sent")
+    synced = serializers.BooleanField(help_text="The card shows the latest state")
+    last_error = serializers.CharField(allow_blank=True)
 
 
 class ToolCallInput(StrictSerializer):

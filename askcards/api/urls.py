@@ -34,6 +34,7 @@ urlpatterns = [
     path("sessions/<ref:session_id>", views.SessionDetailApi.as_view(), name="session-detail"),
     path("sessions/<ref:session_id>/tools", views.SessionToolsApi.as_view(), name="session-tools"),
     path("sessions/<ref:session_id>/messages", views.SessionMessageApi.as_view(), name="session-messages"),
+    path("sessions/<ref:session_id>/progress", views.SessionProgressApi.as_view(), name="session-progress"),
     path("sessions/<ref:session_id>/recover", views.SessionRecoverApi.as_view(), name="session-recover"),
     path("recover", views.AgentRecoverApi.as_view(), name="agent-recover"),
     path("tools/call", views.ToolCallApi.as_view(), name="tool-call"),

@@ -122,6 +122,17 @@ class SessionMessageApi(APIView):
         return Response({"invalidated": services.session_message(session=session, sender_id=data["sender_id"])})
 
 
+class SessionProgressApi(APIView):
+    """The Feishu progress card of the session's current run (SPEC §6.1); asks mount on it."""
+
+    @extend_schema(operation_id="session_progress", request=s.ProgressInput, responses=s.ProgressOutput)
+    def put(self, request, session_id: str):
+        session = selectors.session_get(agent=request.user, session_ref=session_id)
+        data = _validated(s.ProgressInput, _body(request))
+        card = services.progress_put(session=session, **data)
+        return Response(selectors.progress_data(card))
+
+
 class SessionRecoverApi(APIView):
     @extend_schema(operation_id="session_recover", request=None, responses=s.RecoverOutput)
     def post(self, request, session_id: str):

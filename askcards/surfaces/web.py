@@ -44,12 +44,31 @@ def presence_purge_stale() -> int:
     return PanelPresence.objects.filter(last_seen__lt=timezone.now() - PRESENCE_TTL).delete()[0]
 
 
+MAX_KNOWN = 50  # asks a reconnecting panel may ask about (it lists those it still shows as open)
+
+
 def ask_message(ask: Ask) -> dict:
-    return {"type": "ask_user_questions", "requestId": ask.id, "sessionId": ask.session_id, "questions": ask.questions}
+    # ``deadline`` goes beyond SPEC §6.3's fields so the page can say until when it may answer.
+    return {
+        "type": "ask_user_questions",
+        "requestId": ask.id,
+        "sessionId": ask.session_id,
+        "questions": ask.questions,
+        "deadline": ask.deadline.isoformat(),
+    }
 
 
 def cancelled_message(ask: Ask) -> dict:
     return {"type": "ask_user_questions_cancelled", "requestId": ask.id, "reason": ask.reason or ask.status}
+
+
+def panel_snapshot(username: str, known: list[str]) -> list[dict]:
+    """What a (re)connecting panel is sent: every pending web ask of the user, oldest first, then
+    how each ask it still shows as open (``known``) ended while it was away."""
+    mine = Ask.objects.filter(session__web_user=username)
+    pending = [ask_message(ask) for ask in mine.filter(status=Ask.Status.PENDING).order_by("created_at", "id") if "web" in ask.surfaces]
+    ended = mine.filter(pk__in=known[:MAX_KNOWN]).exclude(status__in=Ask.OPEN).order_by("created_at", "id")
+    return pending + [cancelled_message(ask) for ask in ended]
 
 
 class WebSurface:

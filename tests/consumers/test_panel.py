@@ -26,7 +26,7 @@ def users(db):
     return User.objects.create_user("alice", password="pw-alice-123"), User.objects.create_user("bob", password="pw-bob-123")
 
 
-async def _panel(user):
+async def _panel(user, path="/ws/panel/"):
     """A socket through the whole ASGI stack, logged in with a real session cookie."""
     from django.test import Client
 
@@ -34,7 +34,7 @@ async def _panel(user):
     await database_sync_to_async(client.force_login)(user)
     cookie = f"{django_settings.SESSION_COOKIE_NAME}={client.cookies[django_settings.SESSION_COOKIE_NAME].value}"
     communicator = WebsocketCommunicator(
-        application, "/ws/panel/", headers=[(b"cookie", cookie.encode()), (b"origin", b"http://127.0.0.1"), (b"host", b"127.0.0.1")]
+        application, path, headers=[(b"cookie", cookie.encode()), (b"origin", b"http://127.0.0.1"), (b"host", b"127.0.0.1")]
     )
     connected, _ = await communicator.connect(timeout=5)
     assert connected
@@ -62,7 +62,13 @@ async def test_connected_panel_receives_new_ask_live(web_surface, agent, web_ses
     outcome = await _ask(agent, web_session)
     assert outcome.status == "pending" and outcome.ask.surfaces == ["web"]
     message = await panel.receive_json_from(timeout=5)
-    assert message == {"type": "ask_user_questions", "requestId": outcome.ask.id, "sessionId": web_session.id, "questions": outcome.ask.questions}
+    assert message == {
+        "type": "ask_user_questions",
+        "requestId": outcome.ask.id,
+        "sessionId": web_session.id,
+        "questions": outcome.ask.questions,
+        "deadline": outcome.ask.deadline.isoformat(),
+    }
     await panel.disconnect()
 
 
@@ -148,4 +154,35 @@ async def test_malformed_message_gets_error_not_crash(web_surface, users):
     assert (await panel.receive_json_from(timeout=5))["type"] == "error"
     await panel.send_json_to({"type": "ask_user_questions_result", "requestId": 5})
     assert (await panel.receive_json_from(timeout=5))["ok"] is False
+    await panel.disconnect()
+
+
+async def test_reconnecting_panel_learns_how_its_open_asks_ended(web_surface, agent, web_session, users):
+    panel = await _panel(users[0])
+    cancelled, answered, still_open = [await _ask(agent, web_session) for _ in range(3)]
+    for _ in range(3):
+        await panel.receive_json_from(timeout=5)
+    await panel.disconnect()
+    # While the page is away, one ask is cancelled by the agent and the other answered on Feishu.
+    await database_sync_to_async(services.ask_cancel)(ask=cancelled.ask, actor="agent:a")
+    await database_sync_to_async(services.ask_answer)(ask_id=answered.ask.id, answers=answer_for(), surface="feishu")
+    again = await _panel(users[0], f"/ws/panel/?known={cancelled.ask.id},{answered.ask.id}")
+    messages = [await again.receive_json_from(timeout=5) for _ in range(3)]
+    assert [(m["type"], m["requestId"], m.get("reason")) for m in messages] == [
+        ("ask_user_questions", still_open.ask.id, None),
+        ("ask_user_questions_cancelled", cancelled.ask.id, "by_agent"),
+        ("ask_user_questions_cancelled", answered.ask.id, "submitted"),
+    ]
+    assert await again.receive_nothing(timeout=0.2)
+    await again.disconnect()
+
+
+async def test_reconnect_never_reveals_another_users_asks(web_surface, agent, web_session, users):
+    panel = await _panel(users[0])
+    outcome = await _ask(agent, web_session)
+    await panel.receive_json_from(timeout=5)
+    await database_sync_to_async(services.ask_cancel)(ask=outcome.ask, actor="agent:a")
+    bob = await _panel(users[1], f"/ws/panel/?known={outcome.ask.id}")
+    assert await bob.receive_nothing(timeout=0.3)
+    await bob.disconnect()
     await panel.disconnect()

@@ -1,0 +1,105 @@
+"""Platform callback views. Thin: verify → the surface parses → services → reply.
+
+Feishu (SPEC §6.1): every handled click is answered with HTTP 200 and
+``{toast, card: {type: "raw", data: <the whole card>}}`` rendered from the committed state; no
+Feishu API is called on this path (the group's copy is PATCHed by the worker afterwards).
+"""
+from __future__ import annotations
+
+import logging
+
+from django.http import JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_POST
+
+from askcards import services
+from askcards.models import Ask, Bot, CardMessage, ProgressCard
+from askcards.surfaces.feishu import cards as feishu_cards
+from askcards.surfaces.feishu import parse as feishu_parse
+from askcards.surfaces.feishu import security as feishu_security
+from askcards.surfaces.feishu import surface as feishu
+
+logger = logging.getLogger(__name__)
+
+
+@csrf_exempt
+@require_POST
+def feishu_callback(request, app_id: str):
+    bot = Bot.objects.filter(platform=Bot.Platform.FEISHU, app_id=app_id, is_active=True).first()
+    if bot is None:
+        return JsonResponse({"error": "unknown app"}, status=404)
+    try:
+        payload = feishu_security.open_callback(
+            request.headers, request.body, encrypt_key=bot.encrypt_key, verification_token=bot.verification_token
+        )
+    except feishu_security.CallbackRejected as exc:
+        logger.warning("feishu callback for app %s rejected: %s", app_id, exc)
+        return JsonResponse({"error": str(exc)}, status=401)
+    if payload.get("type") == "url_verification":
+        return JsonResponse({"challenge": payload.get("challenge", "")})
+    try:
+        action = feishu_parse.parse_card_action(payload)
+    except feishu_parse.NotACardAction:
+        return JsonResponse({})
+    except feishu_parse.MalformedCallback as exc:
+        logger.warning("feishu callback for app %s malformed: %s", app_id, exc)
+        return JsonResponse({"error": str(exc)}, status=400)
+    if action.event_id and not services.callback_receipt(platform=Bot.Platform.FEISHU, event_id=action.event_id):
+        logger.info("feishu callback event %s was already handled", action.event_id)
+        return JsonResponse({})
+    if action.kind == feishu_cards.ASK_KIND and action.act == "submit":
+        return JsonResponse(_ask_submit(bot, action))
+    if action.kind == feishu_cards.PROGRESS_KIND and action.act == "cancel":
+        return JsonResponse(_progress_cancel(bot, action))
+    return JsonResponse({})
+
+
+def _clicked_card(bot: Bot, action) -> ProgressCard | None:
+    """The card the click came from: by its message, else the session's latest card."""
+    message = (
+        CardMessage.objects.select_related("progress_card__session")
+        .filter(platform=Bot.Platform.FEISHU, bot=bot, message_id=action.message_id, progress_card__isnull=False)
+        .first()
+        if action.message_id
+        else None
+    )
+    if message is not None:
+        return message.progress_card
+    card = ProgressCard.objects.select_related("session").filter(session_id=action.session_id, session__bot=bot).order_by("-id").first()
+    return card
+
+
+def _reply(toast_type: str, text: str, card: ProgressCard | None) -> dict:
+    return feishu_cards.callback_response(toast_type, text, feishu.render(card).card if card is not None else None)
+
+
+def _ask_submit(bot: Bot, action) -> dict:
+    card = _clicked_card(bot, action)
+    ask = Ask.objects.select_related("session").filter(pk=action.ask_id, session__bot=bot).first()
+    if ask is None or ask.status != Ask.Status.PENDING:
+        return _reply("info", feishu_cards.TOAST_STALE, card)
+    if action.operator.casefold() != ask.sender_id.casefold():
+        return _reply("error", feishu_cards.TOAST_NOT_SENDER, card)
+    try:
+        answers = feishu_parse.form_answers(ask.questions or [], action.form_value, action.form_index)
+    except feishu_parse.IncompleteAnswer:
+        return _reply("warning", feishu_cards.TOAST_BLANK, card)
+    except feishu_parse.MalformedCallback as exc:
+        logger.warning("feishu submit for ask %s has values no form produces: %s", ask.id, exc)
+        return _reply("info", feishu_cards.TOAST_STALE, card)
+    outcome = services.ask_answer(ask_id=ask.id, answers=answers, surface=feishu.NAME, respondent_id=action.operator)
+    if not outcome.accepted:
+        return _reply("info", feishu_cards.TOAST_STALE, card)
+    return _reply("success", feishu_cards.TOAST_SUBMITTED, card)
+
+
+def _progress_cancel(bot: Bot, action) -> dict:
+    card = _clicked_card(bot, action)
+    if card is None:
+        return feishu_cards.callback_response("info", feishu_cards.TOAST_STALE)
+    if action.operator.casefold() != (card.sender_id or card.session.user_id).casefold():
+        return _reply("error", feishu_cards.TOAST_NOT_SENDER, card)
+    if not services.session_cancel_request(card=card, actor=f"respondent:{action.operator}"):
+        return _reply("info", feishu_cards.TOAST_STALE, card)
+    card.refresh_from_db()
+    return _reply("success", feishu_cards.TOAST_CANCELLED, card)

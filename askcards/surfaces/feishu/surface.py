@@ -1,0 +1,181 @@
+"""Asks mounted as forms on the session's running Feishu progress card, and the card's sync.
+
+State lives in the database: a ``ProgressCard`` per run and its ``CardMessage`` (the Feishu
+message, with a desired ``version`` and the ``synced_version`` last pushed). Every change bumps
+``version`` (``services.card_touch``, or ``show``/``withdraw`` below); the worker's card-sync lane
+then sends or PATCHes the card, rendered from the latest state at send time:
+
+- one push in flight per message: a worker claims the message by moving ``next_sync_at`` ahead;
+- at most 5 pushes per second per message: after a push ``next_sync_at`` is 200 ms later;
+- a change during a push leaves ``version`` ahead, so one more push follows — clicker and group
+  converge on the same final card;
+- failures back off (honouring Feishu's ``x-ogw-ratelimit-reset``) and retry; a card that cannot
+  be sent at all fails the asks shown nowhere else with ``delivery_failed``.
+"""
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from django.conf import settings
+from django.db.models import F, Q
+from django.utils import timezone
+
+from askcards.models import Ask, Bot, CardMessage, ProgressCard, Session
+
+from .cards import PendingAsk, ProgressView, RenderedCard, render_progress_card
+from .client import FeishuClient, FeishuError
+
+logger = logging.getLogger(__name__)
+
+NAME = "feishu"
+TOOL = "ask_user_questions"
+PUSH_INTERVAL = timedelta(milliseconds=200)  # ≤ 5 pushes per second per message (Feishu's limit)
+CLAIM = timedelta(seconds=30)  # a worker's hold on a message while it pushes (> one request's timeouts)
+BACKOFF_SECONDS = (1, 2, 5, 10, 30, 60, 120, 300)
+SEND_ATTEMPTS = 5  # a first send failing this often (or permanently) fails the card's asks
+BATCH = 50
+
+
+def client_for(bot: Bot) -> FeishuClient:
+    # One attempt per push: the sync lane retries through next_sync_at instead of sleeping.
+    return FeishuClient(bot.app_id, bot.app_secret, bot.base_url, max_attempts=1)
+
+
+def latest_card(session: Session) -> ProgressCard | None:
+    return ProgressCard.objects.filter(session=session).order_by("-id").first()
+
+
+def live_card(session: Session) -> ProgressCard | None:
+    """The card asks of the session mount on: the latest run's, while it is running."""
+    card = latest_card(session)
+    return card if card is not None and card.is_live else None
+
+
+def panel_url() -> str:
+    base = getattr(settings, "ASKCARDS_PUBLIC_URL", "")
+    return f"{base.rstrip('/')}/panel/" if base else ""
+
+
+def render(card: ProgressCard) -> RenderedCard:
+    """The card as it must look now: forms for the session's pending Feishu asks while live."""
+    session = card.session
+    asks = []
+    if card.is_live:
+        pending = Ask.objects.filter(session=session, status=Ask.Status.PENDING).order_by("created_at", "id")
+        asks = [PendingAsk(id=ask.id, questions=ask.questions or [], sender=ask.sender_id) for ask in pending if NAME in ask.surfaces]
+    view = ProgressView(
+        status=card.shown_status,
+        title=card.title,
+        content=card.content,
+        session_id=session.id,
+        sender=card.sender_id,
+        detail_url=card.detail_url,
+        panel_url=panel_url() if session.web_user else "",
+        asks=asks,
+    )
+    return render_progress_card(view)
+
+
+def touch(card: ProgressCard | None) -> None:
+    if card is not None:
+        CardMessage.objects.filter(progress_card=card).update(version=F("version") + 1)
+
+
+class FeishuSurface:
+    name = NAME
+
+    def reachable(self, session: Session, tool: str) -> bool:
+        if tool != TOOL or session.platform != Session.Platform.FEISHU or session.is_subagent:
+            return False
+        bot = session.bot
+        return bot is not None and bot.is_active and bot.platform == Bot.Platform.FEISHU and live_card(session) is not None
+
+    def deliver(self, ask: Ask) -> None:
+        """Nothing to send up front: the form is part of the card's next render."""
+
+    def show(self, ask: Ask) -> None:
+        touch(live_card(ask.session))
+
+    def withdraw(self, ask: Ask) -> None:
+        touch(latest_card(ask.session))
+
+    def sync_due(self, now) -> int:
+        due = (
+            CardMessage.objects.filter(platform=Bot.Platform.FEISHU, progress_card__isnull=False, version__gt=F("synced_version"))
+            .filter(Q(next_sync_at__isnull=True) | Q(next_sync_at__lte=now))
+            .order_by("next_sync_at", "id")
+            .values_list("pk", flat=True)[:BATCH]
+        )
+        return sum(sync_message(pk, now=now) for pk in list(due))
+
+
+def sync_message(pk: int, *, now=None) -> bool:
+    """Push one card message if it is due and no other worker holds it; True if this call pushed."""
+    now = now or timezone.now()
+    claimed = (
+        CardMessage.objects.filter(pk=pk, version__gt=F("synced_version"))
+        .filter(Q(next_sync_at__isnull=True) | Q(next_sync_at__lte=now))
+        .update(next_sync_at=now + CLAIM)
+    )
+    if not claimed:
+        return False
+    message = CardMessage.objects.select_related("bot", "progress_card__session").get(pk=pk)
+    version = message.version  # read before rendering: the render is at least this new
+    card = message.progress_card
+    rendered = render(card)
+    started = timezone.now()
+    try:
+        message_id = _push(message, card, rendered)
+    except FeishuError as exc:
+        _failed(message, card, exc, version, started)
+        return True
+    CardMessage.objects.filter(pk=pk).update(
+        message_id=message_id,
+        synced_version=version,
+        pushed=rendered.card,
+        next_sync_at=started + PUSH_INTERVAL,
+        sync_attempts=0,
+        last_error="",
+    )
+    return True
+
+
+def _push(message: CardMessage, card: ProgressCard, rendered: RenderedCard) -> str:
+    client = client_for(message.bot)
+    if message.message_id:
+        client.patch_card(message.message_id, rendered.card)
+        return message.message_id
+    session = card.session
+    uuid = f"askcards-progress-{card.pk}"  # Feishu sends one message per uuid within an hour
+    if card.reply_to:
+        sent = client.reply_card(card.reply_to, rendered.card, uuid)
+    elif session.chat_type == Session.ChatType.GROUP:
+        sent = client.send_card("chat_id", session.chat_id, rendered.card, uuid)
+    else:
+        sent = client.send_card("open_id", session.user_id, rendered.card, uuid)
+    logger.info("feishu progress card %s sent as %s", card.pk, sent.message_id)
+    return sent.message_id
+
+
+def _failed(message: CardMessage, card: ProgressCard, exc: FeishuError, version: int, started) -> None:
+    """Retry a transient failure later; give up on this state after a permanent one (a later
+    change tries again). A first send that cannot succeed fails the asks waiting on the card."""
+    attempts = message.sync_attempts + 1
+    gave_up = exc.permanent or (not message.message_id and attempts >= SEND_ATTEMPTS)
+    delay = max(exc.retry_after or 0, BACKOFF_SECONDS[min(attempts, len(BACKOFF_SECONDS)) - 1])
+    logger.warning(
+        "feishu card %s push failed (attempt %d, %s): %s",
+        card.pk, attempts, "giving up on this state" if gave_up else f"retry in {delay}s", exc,
+    )
+    CardMessage.objects.filter(pk=message.pk).update(
+        sync_attempts=0 if gave_up else attempts,
+        last_error=str(exc)[:500],
+        next_sync_at=started + (PUSH_INTERVAL if gave_up else timedelta(seconds=delay)),
+        **({"synced_version": version} if gave_up else {}),
+    )
+    if gave_up and not message.message_id:
+        # A transition of the asks waiting on the card: the one place a surface calls services.
+        from askcards import services
+
+        services.card_delivery_failed(card=card, error=str(exc))
