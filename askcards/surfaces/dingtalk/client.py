@@ -51,9 +51,10 @@ class DingTalkError(Exception):
     """A DingTalk call failed. ``permanent`` is False when trying again later may succeed."""
 
     def __init__(self, message: str, *, status: int | None = None, code: str = "", request_id: str = "",
-                 permanent: bool = True):
+                 permanent: bool = True, detail: str = ""):
         super().__init__(message)
         self.message = message
+        self.detail = detail  # DingTalk's own error message, when it sent one
         self.status = status
         self.code = code
         self.request_id = request_id
@@ -369,7 +370,8 @@ def _error_from(response: requests.Response, path: str) -> DingTalkError:
         text += f": {message[:300]}"
     if request_id:
         text += f" (requestid {request_id})"
-    return DingTalkError(text, status=status, code=code, request_id=request_id, permanent=not retryable)
+    return DingTalkError(text, status=status, code=code, request_id=request_id, permanent=not retryable,
+                         detail=message[:300])
 
 
 def _describe_failed_deliveries(out_track_id: str, failed: list[Any]) -> str:
