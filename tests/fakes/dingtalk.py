@@ -28,6 +28,7 @@ TOKEN_PATH = "/v1.0/oauth2/accessToken"
 CREATE_AND_DELIVER_PATH = "/v1.0/card/instances/createAndDeliver"
 CARD_INSTANCES_PATH = "/v1.0/card/instances"
 REGISTER_CALLBACK_PATH = "/v1.0/card/callbacks/register"
+GATEWAY_OPEN_PATH = "/v1.0/gateway/connections/open"
 QPS_LIMIT_CODE = "Forbidden.AccessDenied.QpsLimitForAppkeyAndApi"
 MAX_BODY_BYTES = 1024 * 1024
 MAX_DELAY_SECONDS = 5.0
@@ -72,6 +73,10 @@ class FakeDingTalk:
         self.routes: dict[str, dict[str, str]] = {}
         self.tokens: set[str] = set()
         self.delivery_failures: dict[str, str] = {}  # spaceId -> errorMsg of its deliverResults entry
+        # Stream mode: the WebSocket endpoint connections/open hands out (a FakeStreamGateway sets
+        # it) and the tickets issued and not yet used.
+        self.stream_endpoint = ""
+        self.stream_tickets: set[str] = set()
         self._faults: list[Fault] = []
         self._counter = itertools.count(1)
         self._lock = threading.Lock()
@@ -172,6 +177,8 @@ class FakeDingTalk:
                 return fault.status, fault.body
         if (method, path) == ("POST", TOKEN_PATH):
             return self._token(body)
+        if (method, path) == ("POST", GATEWAY_OPEN_PATH):
+            return self._open_connection(body)
         with self._lock:
             authorised = headers.get("x-acs-dingtalk-access-token") in self.tokens
         if not authorised:
@@ -198,6 +205,27 @@ class FakeDingTalk:
         with self._lock:
             self.tokens.add(token)
         return 200, {"accessToken": token, "expireIn": self.token_ttl}
+
+    def _open_connection(self, body: Any) -> tuple[int, Any]:
+        if not isinstance(body, dict) or body.get("clientId") != self.client_id or body.get("clientSecret") != self.client_secret:
+            return 401, _error("invalidClientIdOrSecret", "无效的clientId或者clientSecret")
+        subscriptions = body.get("subscriptions")
+        if not isinstance(subscriptions, list) or not subscriptions:
+            return 400, _error("param.invalid", "subscriptions is empty")
+        if not self.stream_endpoint:
+            return 503, _error("system.busy", "no stream gateway")
+        ticket = f"ticket-{next(self._counter)}"
+        with self._lock:
+            self.stream_tickets.add(ticket)
+        return 200, {"endpoint": self.stream_endpoint, "ticket": ticket}
+
+    def take_ticket(self, ticket: str) -> bool:
+        """A ticket is good for one connection (platform §2.1)."""
+        with self._lock:
+            if ticket in self.stream_tickets:
+                self.stream_tickets.discard(ticket)
+                return True
+        return False
 
     def _create_and_deliver(self, body: dict[str, Any]) -> tuple[int, Any]:
         for key, code in (("cardTemplateId", "param.cardTemplateIdEmpty"), ("outTrackId", "param.outTrackIdEmpty"),

@@ -28,7 +28,7 @@ from askcards.models import Ask, Bot, CardMessage, Respondent, Session, new_out_
 from askcards.surfaces import DeliveryFailed
 from askcards.tools import dingtalk_ask_user_question as dt
 
-from .client import DeliveryError, DingTalkClient, DingTalkError
+from .client import CallbackRegistration, DeliveryError, DingTalkClient, DingTalkError
 
 logger = logging.getLogger(__name__)
 
@@ -65,7 +65,18 @@ def template_for(bot: Bot) -> str:
 
 def route_key_for(bot: Bot) -> str | None:
     """HTTP cards call back through the registered route; Stream cards over the Stream connection."""
-    return f"askcards-{bot.app_id}" if bot.callback_mode == Bot.CallbackMode.HTTP else None
+    return client_for(bot).default_route_key if bot.callback_mode == Bot.CallbackMode.HTTP else None
+
+
+def register_callback(bot: Bot, url: str, *, force: bool = False) -> CallbackRegistration:
+    """Bind the bot's HTTP callback route to ``url``, signed with its api_secret (platform §1.2).
+    Without ``force`` an existing registration is left as it is (and returned)."""
+    if not bot.api_secret:
+        raise DingTalkError(
+            f"DingTalk bot {bot.app_id} has no api_secret: set one (askcards_bot, admin) so callbacks can be verified",
+            code="invalid_request",
+        )
+    return client_for(bot, max_attempts=3).register_callback(url, bot.api_secret, force)
 
 
 # ---------------------------------------------------------------------------- what the card shows
