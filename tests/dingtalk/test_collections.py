@@ -171,3 +171,50 @@ def test_answers_are_in_the_database_for_the_api(collection, api, bot):
         ("Staff_B", "submitted"), ("staff_c", "pending"), ("staff_d", "pending")
     ]
     assert json.loads(data["result"]["tool_result"])["status"] == "pending"
+
+
+def test_respondents_racing_the_deadline_end_the_collection_once(agent, session, bot):
+    """Three respondents and the deadline at once, in threads on the SQLite file: one ending, the
+    recorded responses all in it, one ask.closed event."""
+    import threading
+
+    from django.db import connection
+
+    for _ in range(3):
+        ask = create(agent, session, {"fields": FIELDS, "target": GROUP})[0].ask
+        barrier = threading.Barrier(4)
+        errors = []
+
+        def respond(user_id):
+            try:
+                barrier.wait(10)
+                click(bot, ask, user_id, form={"note": user_id})
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+            finally:
+                connection.close()
+
+        def expire():
+            try:
+                barrier.wait(10)
+                # The sweep as if the 5-minute deadline had passed: it races the responses.
+                services.expire_due(now=timezone.now() + timedelta(minutes=6))
+            except BaseException as exc:
+                errors.append(exc)
+            finally:
+                connection.close()
+
+        threads = [threading.Thread(target=respond, args=(u,)) for u in ("staff_b", "staff_c", "staff_d")]
+        threads.append(threading.Thread(target=expire))
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        assert not errors
+        ask.refresh_from_db()
+        assert ask.status in ("answered", "expired")
+        assert OutboxEvent.objects.filter(ask=ask, type="ask.closed").count() == 1
+        recorded = Respondent.objects.filter(ask=ask, status="submitted").count()
+        reported = [r["status"] for r in ask.result["collection"]["responses"]].count("submitted")
+        assert reported == recorded
+        assert (ask.reason == "completed") == (recorded == 3)
