@@ -503,7 +503,11 @@ def purge_answers(*, now=None) -> int:
 def _purged_result(result: dict[str, Any] | None) -> dict[str, Any] | None:
     if result is None:
         return None
-    kept = {key: value for key, value in result.items() if key not in {"answers", "responses", "tool_result", "message"}}
+    kept = {
+        key: value
+        for key, value in result.items()
+        if key not in {"answers", "responses", "collection", "tool_result", "message"}
+    }
     kept["purged"] = True
     return kept
 

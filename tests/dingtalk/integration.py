@@ -65,6 +65,10 @@ def private_view(response) -> dict:
     return response.json()["userPrivateData"]["cardParamMap"]
 
 
+def public_view(response) -> dict:
+    return response.json()["cardData"]["cardParamMap"]
+
+
 def sync_cards() -> int:
     """Run the card-sync lane until nothing is due (bounded)."""
     done = 0

@@ -13,7 +13,9 @@ from askcards import services
 from askcards.models import Ask, OutboxEvent, Respondent
 from askcards.tools import dingtalk_ask_user_question as dt
 
-from .integration import FIELDS, QUESTIONS, click, create, make_bot, make_session, private_view, sync_cards
+from .integration import (
+    FIELDS, QUESTIONS, click, create, make_bot, make_session, private_view, public_view, sync_cards,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -218,3 +220,23 @@ def test_respondents_racing_the_deadline_end_the_collection_once(agent, session,
         reported = [r["status"] for r in ask.result["collection"]["responses"]].count("submitted")
         assert reported == recorded
         assert (ask.reason == "completed") == (recorded == 3)
+
+
+def test_a_respondent_sees_their_own_answer_privately_and_the_group_only_progress(collection, bot):
+    ask, _ = collection
+    response = click(bot, ask, "staff_b", form={"dish": {"index": 0, "value": "a"}})
+    assert private_view(response) == {"user_notice": "", "card_status": "submitted",
+                                      "question_desc": "你已提交：餐品甲。", "form_btn_text": "已提交"}
+    public = public_view(response)
+    assert public["form_btn_text"] == "1/3" and "餐品甲" not in json.dumps(public, ensure_ascii=False)
+
+
+def test_purge_drops_the_collections_answers(collection, bot):
+    ask, _ = collection
+    for user_id in ("staff_b", "staff_c", "staff_d"):
+        click(bot, ask, user_id, form={"dish": {"index": 0, "value": "a"}})
+    Ask.objects.filter(pk=ask.pk).update(result_delivered_at=timezone.now() - timedelta(days=30))
+    services.purge_answers()
+    ask.refresh_from_db()
+    assert "餐品甲" not in json.dumps(ask.result, ensure_ascii=False)
+    assert not Respondent.objects.filter(ask=ask, answers__isnull=False).exists()

@@ -89,7 +89,7 @@ def test_ordinary_card_from_tool_call_to_agent_message(world):
     assert card.create_body["callbackType"] == "HTTP" and card.params["card_status"] == "pending"
 
     reply = press(world, details, "staff_a", form={"answer_0": "测试"})
-    assert reply["userPrivateData"]["cardParamMap"]["card_status"] == "submitted"
+    assert reply["cardData"]["cardParamMap"]["card_status"] == "submitted"
     settle()
 
     (event,) = events(world)

@@ -7,7 +7,9 @@ import pytest
 from askcards.models import Ask, AskEvent, OutboxEvent
 from askcards.tools import dingtalk_ask_user_question as dt
 
-from .integration import QUESTIONS, click, create, make_bot, make_session, out_track_id, private_view, sync_cards
+from .integration import (
+    QUESTIONS, click, create, make_bot, make_session, out_track_id, private_view, public_view, sync_cards,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -48,7 +50,8 @@ def test_submit_answers_the_ask_with_the_reference_message(agent, session, bot, 
         f"用户回答了交互卡片:\n- question_id: {ask.id}\n- question_title: 环境\n- status: submitted\n"
         "- answers:\n  - 环境: 生产"
     )
-    assert private_view(response)["question_desc"] == "已选择：生产。"
+    assert public_view(response)["question_desc"] == "已选择：生产。"
+    assert private_view(response) == {"user_notice": ""}
 
 
 def test_callback_answers_without_calling_dingtalk(agent, session, bot, fake):

@@ -13,7 +13,7 @@ from askcards import outbox, services
 from askcards.models import Ask, OutboxEvent
 from askcards.tools import dingtalk_ask_user_question as dt
 
-from .integration import QUESTIONS, click, create, make_bot, make_session, private_view, sync_cards
+from .integration import QUESTIONS, click, create, make_bot, make_session, private_view, public_view, sync_cards
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -67,6 +67,7 @@ def test_new_message_invalidates_the_card_and_a_late_click_changes_nothing(agent
     assert services.session_message(session=session, sender_id="staff_a") == 1
     response = click(bot, outcome.ask, "staff_a", form={"answer_0": "测试"})
     assert private_view(response) == {"user_notice": "问题已失效，提交未被记录。"}
+    assert public_view(response)["question_desc"].startswith("你在问题卡片发出后发送了新消息")
     ask = Ask.objects.get(pk=outcome.ask.pk)
     assert (ask.status, ask.reason) == ("invalidated", "superseded_by_message")
     assert "message" not in ask.result

@@ -79,7 +79,7 @@ def test_card_callback_answers_the_ask_and_acks_the_clickers_view(agent, bot, ga
         gateway.wait_connected(1)
         ack = gateway.ack_for(submit_frame(gateway, outcome.ask))
     response = json.loads(ack["data"])["response"]
-    assert response["userPrivateData"]["cardParamMap"]["question_desc"] == "已选择：生产。"
+    assert response["cardData"]["cardParamMap"]["question_desc"] == "已选择：生产。"
     assert Ask.objects.get(pk=outcome.ask.pk).reason == "submitted"
 
 

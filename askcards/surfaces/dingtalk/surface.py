@@ -12,8 +12,9 @@ of the ask (an ending, a targeted respondent's progress, ``dispatch_failed``) bu
 - a change during a PUT leaves ``version`` ahead, so one more PUT follows;
 - throttles, 5xx and timeouts back off and retry; a permanent error gives up on that state.
 
-Nothing here runs on a callback's critical path: the callback answers from the database and the
-clicker's own view goes back in the response's ``userPrivateData`` (``callback_response``).
+Nothing here runs on a callback's critical path: the callback answers from the database alone
+(``callback_response``: the card's public state in ``cardData``, the clicker's own view in
+``userPrivateData``); the PUT for everyone else follows from the sync lane.
 """
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ NOTICE_NOT_RESPONDENT = "你不是本次收集的指定填写人，提交未被�
 NOTICE_NO_IDENTITY = "无法确认你的身份，提交未被记录。"
 NOTICE_ALREADY = "你已回应过本次收集，以第一次回应为准。"
 NOTICE_CLOSED = "问题已失效，提交未被记录。"
-# A targeted respondent's own view of the card after responding (answers only ever privately).
+# A targeted respondent's own view of the card after responding (their answers only privately).
 RESPONDENT_VIEW = {
     Respondent.Status.SUBMITTED: ("submitted", "你已提交：{selected}。", "已提交"),
     Respondent.Status.EMPTY: ("submitted", "你已提交，未填写任何内容。", "已提交"),
@@ -261,25 +262,33 @@ QPS_DELAY = 1  # DingTalk's QPS window is one second
 # ------------------------------------------------------------------------- callback responses
 
 
+# The public variables a click may change; the response carries their committed values.
+STATE_KEYS = ("card_status", "question_desc", "form_btn_text", "selected_text", "selected_values")
+
+
 def callback_response(outcome: Any) -> dict[str, Any]:
-    """The callback's HTTP body (Stream: its ``response``): the clicker's own view of the card in
-    ``userPrivateData`` — their submitted state, or why the click did not count. ``outcome`` is a
-    ``services.ClickResult`` (None: nothing to say)."""
+    """The callback's HTTP body (Stream: its ``response``), from the committed state alone.
+
+    ``cardData``: the card's public state now (an ordinary card's answer, a collection's ``k/N``,
+    an ended card's terminal texts), so the clicker sees it at once; the card-sync lane's PUT
+    follows for everyone else. ``userPrivateData`` (the clicker only): ``user_notice`` — why a
+    click did not count, "" otherwise — and a targeted respondent's own submitted / cancelled
+    view, which must never reach the shared card. ``outcome`` is a ``services.ClickResult``."""
     if outcome is None:
         return {}
+    ask = outcome.ask
+    message = CardMessage.objects.filter(ask_id=ask.pk, platform=Bot.Platform.DINGTALK).first()
+    desired = desired_variables(ask, message or CardMessage(card_reason=""))
     private: dict[str, str] = {NOTICE: outcome.notice}
     respondent = outcome.respondent
-    if outcome.kind in ("recorded", "duplicate") and respondent is not None:
+    if ask.target_type != Ask.Target.NONE and outcome.kind in ("recorded", "duplicate") and respondent is not None:
         submission = submission_of(respondent)
-        if outcome.ask.target_type == Ask.Target.NONE:
-            reason = {"submitted": "submitted", "empty": "empty", "cancelled": "by_respondent"}[respondent.status]
-            private.update(dt.terminal_variables(reason, submission=submission))
-        else:
-            status, desc, badge = RESPONDENT_VIEW[respondent.status]
-            selected = submission.selected_text if submission else ""
-            private.update(card_status=status, question_desc=desc.format(selected=selected), form_btn_text=badge)
+        status, desc, badge = RESPONDENT_VIEW[respondent.status]
+        selected = submission.selected_text if submission else ""
+        private.update(card_status=status, question_desc=desc.format(selected=selected), form_btn_text=badge)
     return {
         "cardUpdateOptions": {"updateCardDataByKey": True, "updatePrivateDataByKey": True},
+        "cardData": {"cardParamMap": {key: desired[key] for key in STATE_KEYS}},
         "userPrivateData": {"cardParamMap": private},
     }
 
