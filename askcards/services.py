@@ -733,6 +733,12 @@ def _dingtalk_cancel(agent: Agent, session: Session, owner: str, question_id: st
 def _dingtalk_create(agent: Agent, session: Session, owner: str, normalised, call_id: str | None) -> ToolCallOutcome:
     extra = normalised.extra
     target = extra.get("target")
+    title_limit = Ask._meta.get_field("title").max_length
+    if len(normalised.title) > title_limit:
+        return _dingtalk_failed(
+            f"arguments: the card title (title, else the first field label or question header) is "
+            f"{len(normalised.title)} characters; at most {title_limit} fit"
+        )
     now = timezone.now()
     timeout = timedelta(minutes=extra["timeoutMinutes"]) if extra.get("timeoutMinutes") else DINGTALK_DEFAULT_TIMEOUT
     respondent_ids = list(target["respondentUserIds"]) if target else [owner]

@@ -173,3 +173,43 @@ def test_delivery_http_error_reads_as_the_reference_payload(agent, session, fake
     assert details["error"] == (
         '[DingTalk][ErrorPayload][ask_user_create] {"status":400,"code":"param.templateNotExist","message":"模板不存在"}'
     )
+
+
+def test_overlong_title_is_a_tool_failure_not_a_server_error(agent, session, fake):
+    outcome, details = create(agent, session, {"fields": [{"name": "x", "label": "长" * 600, "type": "TEXT"}]})
+    assert details["status"] == "failed" and "at most 500" in details["error"]
+    assert outcome.ask is None and not fake.cards
+
+
+def test_http_callbacks_need_an_api_secret(agent, session, bot):
+    outcome, _ = create(agent, session, {"questions": QUESTIONS})
+    bot.api_secret = ""
+    bot.save()
+    response = click(bot, outcome.ask, "staff_a", form={"answer_0": "测试"})
+    assert response.status_code == 401
+    assert Ask.objects.get(pk=outcome.ask.pk).status == "pending"
+
+
+def test_malformed_callback_is_400_and_changes_nothing(agent, session, bot):
+    from django.test import Client
+
+    from tests.fakes.dingtalk import signed_callback
+
+    outcome, _ = create(agent, session, {"questions": QUESTIONS})
+    headers, _ = signed_callback("callback-api-secret", out_track_id="x", user_id="staff_a")
+    response = Client().post(f"/callbacks/dingtalk/{bot.app_id}/", data=b"{not json", content_type="application/json",
+                             headers={k: v for k, v in headers.items() if k != "Content-Type"})
+    assert response.status_code == 400
+    assert Ask.objects.get(pk=outcome.ask.pk).status == "pending"
+
+
+def test_http_mode_cards_call_back_on_the_registered_route(agent, fake):
+    from django.core.management import call_command
+
+    http_bot = make_bot(fake, callback_mode="http")
+    call_command("askcards_dingtalk_register", "--client-id", http_bot.app_id,
+                 "--url", "https://askcards.example.com/callbacks/dingtalk/ding-fake-app/", stdout=open("/dev/null", "w"))
+    s = make_session(agent, http_bot, key="dingtalk/dm/http")
+    _, details = create(agent, s, {"questions": QUESTIONS})
+    body = fake.cards[details["outTrackId"]].create_body
+    assert (body["callbackType"], body["callbackRouteKey"]) == ("HTTP", "askcards-ding-fake-app")

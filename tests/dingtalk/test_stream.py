@@ -129,3 +129,11 @@ def test_non_business_frame_is_acked_and_consumes_nothing(agent, bot, gateway):
         ack = gateway.ack_for(gateway.push("CALLBACK", CARD_CALLBACK_TOPIC, noise))
     assert ack["code"] == 200 and json.loads(ack["data"]) == {"response": {}}
     assert Ask.objects.get(pk=outcome.ask.pk).status == "pending"
+
+
+def test_stream_command_needs_a_stream_bot(fake):
+    from django.core.management import CommandError, call_command
+
+    make_bot(fake, callback_mode="http")
+    with pytest.raises(CommandError, match="stream mode"):
+        call_command("askcards_dingtalk_stream")
