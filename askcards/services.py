@@ -266,6 +266,9 @@ def ask_answer(
     (a logged-in panel user) pass None.
     """
     ask = Ask.objects.select_related("session", "agent").get(pk=ask_id)
+    if ask.tool == dingtalk_tool.NAME:
+        # A DingTalk form has its own answer shape and lifecycle (dingtalk_click), only on its card.
+        return AnswerOutcome(False, ask, "invalid: this ask is answered on its DingTalk card")
     actor = f"respondent:{respondent_id or ask.sender_id}"
     respondent = ask.respondents.first()
     if respondent_id is not None and (respondent is None or respondent.respondent_key != respondent_id.casefold()):

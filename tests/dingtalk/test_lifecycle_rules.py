@@ -213,3 +213,11 @@ def test_http_mode_cards_call_back_on_the_registered_route(agent, fake):
     _, details = create(agent, s, {"questions": QUESTIONS})
     body = fake.cards[details["outTrackId"]].create_body
     assert (body["callbackType"], body["callbackRouteKey"]) == ("HTTP", "askcards-ding-fake-app")
+
+
+def test_a_dingtalk_card_cannot_be_answered_through_the_seed_answer_path(agent, session):
+    outcome, _ = create(agent, session, {"questions": QUESTIONS})
+    answer = [{"question": "部署到哪个环境？", "selectedLabels": ["测试"], "customInput": None}]
+    result = services.ask_answer(ask_id=outcome.ask.id, answers=answer, surface="web")
+    assert not result.accepted and result.error.startswith("invalid:")
+    assert Ask.objects.get(pk=outcome.ask.pk).status == "pending"
