@@ -144,3 +144,31 @@ def test_empty_submit_is_an_answer(agent, session, bot, fake):
     assert ask.result["message"].startswith("用户提交了空交互卡片:\n")
     sync_cards()
     assert fake.card_params(details["outTrackId"])["question_desc"] == "已提交，未填写任何内容。"
+
+
+def test_card_update_retries_after_dingtalk_is_busy(agent, session, bot, fake):
+    from askcards.models import CardMessage
+    from askcards.surfaces.dingtalk.surface import DingTalkSurface
+    from django.utils import timezone
+
+    outcome, details = create(agent, session, {"questions": QUESTIONS})
+    click(bot, outcome.ask, "staff_a", cancel=True)
+    fake.server_error("/v1.0/card/instances")
+    DingTalkSurface().sync_due(timezone.now())
+    message = CardMessage.objects.get(ask=outcome.ask)
+    assert message.synced_version < message.version and "system.busy" in message.last_error
+    assert message.next_sync_at > timezone.now()  # backing off, not hammering
+    sync_cards()
+    assert fake.card_params(details["outTrackId"])["question_desc"] == "已取消。"
+
+
+def test_card_update_gives_up_on_a_permanent_error(agent, session, bot, fake):
+    from askcards.models import CardMessage
+
+    outcome, details = create(agent, session, {"questions": QUESTIONS})
+    click(bot, outcome.ask, "staff_a", cancel=True)
+    fake.fail("/v1.0/card/instances", status=400, code="param.contentUnsafe", message="内容不安全")
+    sync_cards()
+    message = CardMessage.objects.get(ask=outcome.ask)
+    assert message.synced_version == message.version and "param.contentUnsafe" in message.last_error
+    assert fake.card_params(details["outTrackId"])["card_status"] == "pending"

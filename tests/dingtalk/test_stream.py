@@ -137,3 +137,10 @@ def test_stream_command_needs_a_stream_bot(fake):
     make_bot(fake, callback_mode="http")
     with pytest.raises(CommandError, match="stream mode"):
         call_command("askcards_dingtalk_stream")
+
+
+def test_failed_connection_open_is_retried(bot, gateway, fake):
+    fake.fail("/v1.0/gateway/connections/open", status=500, code="system.busy", times=2)
+    with running(fast_client(bot)):
+        gateway.wait_connected(1)
+    assert len(fake.requests_to("/v1.0/gateway/connections/open")) == 3
