@@ -713,7 +713,11 @@ def dingtalk_tool_call(
 def _dingtalk_owned_collections(agent: Agent, session: Session, owner: str):
     asks = (
         Ask.objects.filter(
-            agent=agent, session=session, tool=dingtalk_tool.NAME, status=Ask.Status.PENDING, deadline__gt=timezone.now()
+            agent=agent,
+            session=session,
+            tool=dingtalk_tool.NAME,
+            status=Ask.Status.PENDING,
+            deadline__gt=timezone.now(),
         )
         .exclude(target_type=Ask.Target.NONE)
         .prefetch_related("respondents")
@@ -747,7 +751,9 @@ def _dingtalk_create(agent: Agent, session: Session, owner: str, normalised, cal
     respondent_ids = list(target["respondentUserIds"]) if target else [owner]
     key_limit = Respondent._meta.get_field("respondent_key").max_length
     if len(owner.casefold()) > key_limit:
-        raise InvalidInput(f"sender_id (else the session's user_id) {owner[:40]!r}… is too long: at most {key_limit} characters")
+        raise InvalidInput(
+            f"sender_id (else the session's user_id) {owner[:40]!r}… is too long: at most {key_limit} characters"
+        )
     bot_id = session.bot.app_id if session.bot else ""
     ask = Ask(
         agent=agent,
@@ -775,7 +781,9 @@ def _dingtalk_create(agent: Agent, session: Session, owner: str, normalised, cal
                 Respondent(ask=ask, respondent_id=rid, respondent_key=rid.casefold(), position=index)
                 for index, rid in enumerate(respondent_ids)
             )
-            _audit(ask, AskEvent.Kind.CREATED, "", Ask.Status.RESERVED, f"agent:{agent.name}", detail={"tool": ask.tool})
+            _audit(
+                ask, AskEvent.Kind.CREATED, "", Ask.Status.RESERVED, f"agent:{agent.name}", detail={"tool": ask.tool}
+            )
     except IntegrityError:
         existing = Ask.objects.select_related("session").get(agent=agent, call_id=call_id)
         return _existing_outcome(existing, session, dingtalk_tool.NAME)
@@ -810,13 +818,19 @@ def _dingtalk_create(agent: Agent, session: Session, owner: str, normalised, cal
         # A newer message (or anything else) ended it while the card was being delivered; the
         # card already shows why (its withdraw ran), the model reads the reference's error.
         lost = _dingtalk_text(
-            dingtalk_tool.failed_details(dingtalk_tool.ACTIVATION_LOST_ERROR, question_id=ask.id, out_track_id=out_track_id)
+            dingtalk_tool.failed_details(
+                dingtalk_tool.ACTIVATION_LOST_ERROR, question_id=ask.id, out_track_id=out_track_id
+            )
         )
         Ask.objects.filter(pk=ask.pk).update(result={**(_current_result(ask) or {}), "tool_result": lost})
         outcome = _outcome(ask, created=True)
         outcome.status = "failed"
         return outcome
     if not targeted:
+        # The person gets the full five minutes from when the card is live (reference §7).
+        Ask.objects.filter(pk=ask.pk, status=Ask.Status.PENDING).update(
+            deadline=ask.activated_at + DINGTALK_DEFAULT_TIMEOUT
+        )
         # The new card only replaces older ones of the same person and conversation once delivered.
         older = Ask.objects.filter(
             scope_key=ask.scope_key, tool=dingtalk_tool.NAME, target_type=Ask.Target.NONE, status__in=Ask.OPEN
@@ -920,7 +934,8 @@ def dingtalk_click(*, ask: Ask, user_id: str, action: str, form: dict[str, Any])
         row_status, answers = Respondent.Status.SUBMITTED, {"answers": submission.answers, "values": submission.values}
 
     if ask.target_type == Ask.Target.NONE:
-        reason = {"cancelled": Ask.Reason.BY_RESPONDENT, "empty": Ask.Reason.EMPTY}.get(row_status, Ask.Reason.SUBMITTED)
+        reasons = {Respondent.Status.CANCELLED: Ask.Reason.BY_RESPONDENT, Respondent.Status.EMPTY: Ask.Reason.EMPTY}
+        reason = reasons.get(row_status, Ask.Reason.SUBMITTED)
         status = Ask.Status.CANCELLED if action == "cancel" else Ask.Status.ANSWERED
         won = _close(ask, (Ask.Status.PENDING,), status, reason, actor, surface=card.NAME,
                      respondent=(clicker, row_status, answers),

@@ -18,7 +18,8 @@ QUESTIONS = [
     {"question": "部署到哪个环境？", "header": "环境", "options": [{"label": "测试"}, {"label": "生产"}]},
 ]
 FIELDS = [
-    {"name": "dish", "label": "午餐", "type": "SELECT", "options": [{"value": "a", "text": "餐品甲"}, {"value": "b", "text": "餐品乙"}]},
+    {"name": "dish", "label": "午餐", "type": "SELECT",
+     "options": [{"value": "a", "text": "餐品甲"}, {"value": "b", "text": "餐品乙"}]},
     {"name": "note", "label": "备注", "type": "TEXT"},
 ]
 

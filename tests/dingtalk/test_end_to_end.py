@@ -4,6 +4,7 @@ production. create → card → signed callback → agent event."""
 from __future__ import annotations
 
 import json
+from io import StringIO
 import time
 from datetime import timedelta
 
@@ -33,7 +34,7 @@ def dingtalk_surface(settings):
 def world(live_server, fake, agent_and_key):
     bot = make_bot(fake, callback_mode="http")
     call_command("askcards_dingtalk_register", "--client-id", bot.app_id,
-                 "--url", f"{live_server.url}/callbacks/dingtalk/{bot.app_id}/", stdout=open("/dev/null", "w"))
+                 "--url", f"{live_server.url}/callbacks/dingtalk/{bot.app_id}/", stdout=StringIO())
     http = requests.Session()
     http.headers["Authorization"] = f"Bearer {agent_and_key[1]}"
     return {"base": live_server.url, "http": http, "bot": bot, "fake": fake}

@@ -3,6 +3,7 @@ while the card is being delivered), agent restart, pause_failed and dispatch_fai
 from __future__ import annotations
 
 import threading
+from io import StringIO
 from datetime import timedelta
 
 import pytest
@@ -208,7 +209,7 @@ def test_http_mode_cards_call_back_on_the_registered_route(agent, fake):
 
     http_bot = make_bot(fake, callback_mode="http")
     call_command("askcards_dingtalk_register", "--client-id", http_bot.app_id,
-                 "--url", "https://askcards.example.com/callbacks/dingtalk/ding-fake-app/", stdout=open("/dev/null", "w"))
+                 "--url", "https://askcards.example.com/callbacks/dingtalk/ding-fake-app/", stdout=StringIO())
     s = make_session(agent, http_bot, key="dingtalk/dm/http")
     _, details = create(agent, s, {"questions": QUESTIONS})
     body = fake.cards[details["outTrackId"]].create_body
@@ -221,3 +222,11 @@ def test_a_dingtalk_card_cannot_be_answered_through_the_seed_answer_path(agent, 
     result = services.ask_answer(ask_id=outcome.ask.id, answers=answer, surface="web")
     assert not result.accepted and result.error.startswith("invalid:")
     assert Ask.objects.get(pk=outcome.ask.pk).status == "pending"
+
+
+def test_five_minutes_count_from_when_the_card_is_live(agent, session, fake):
+    fake.slow("/v1.0/card/instances/createAndDeliver", 1.0)
+    outcome, _ = create(agent, session, {"questions": QUESTIONS})
+    ask = Ask.objects.get(pk=outcome.ask.pk)
+    assert ask.deadline == ask.activated_at + timedelta(minutes=5)
+    assert ask.deadline - ask.created_at >= timedelta(minutes=5, seconds=1)

@@ -51,7 +51,8 @@ def test_collection_survives_askcards_and_agent_restarts(tmp_path, fake):
 
     with serving.serve(env) as base:
         call = {"session": seed["session"], "name": dt.NAME, "arguments": arguments}
-        details = json.loads(requests.post(f"{base}/api/v1/tools/call", json=call, headers=auth, timeout=10).json()["tool_result"])
+        created = requests.post(f"{base}/api/v1/tools/call", json=call, headers=auth, timeout=10).json()
+        details = json.loads(created["tool_result"])
         assert details["status"] == "pending"
         press(base, fake, details, "staff_b", "第一位")
 

@@ -207,7 +207,10 @@ class FakeDingTalk:
         return 200, {"accessToken": token, "expireIn": self.token_ttl}
 
     def _open_connection(self, body: Any) -> tuple[int, Any]:
-        if not isinstance(body, dict) or body.get("clientId") != self.client_id or body.get("clientSecret") != self.client_secret:
+        known = isinstance(body, dict) and (body.get("clientId"), body.get("clientSecret")) == (
+            self.client_id, self.client_secret
+        )
+        if not known:
             return 401, _error("invalidClientIdOrSecret", "无效的clientId或者clientSecret")
         subscriptions = body.get("subscriptions")
         if not isinstance(subscriptions, list) or not subscriptions:

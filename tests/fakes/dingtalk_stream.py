@@ -94,7 +94,8 @@ class FakeStreamGateway:
 
     def send(self, frame: dict[str, Any]) -> None:
         connection = self._current
-        asyncio.run_coroutine_threadsafe(connection.send(json.dumps(frame, ensure_ascii=False)), self._loop).result(TIMEOUT)
+        sent = asyncio.run_coroutine_threadsafe(connection.send(json.dumps(frame, ensure_ascii=False)), self._loop)
+        sent.result(TIMEOUT)
 
     def drop(self) -> None:
         """Close the TCP connection abruptly, as a network failure would."""

@@ -31,7 +31,9 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
         current = registration.callback_url == url and registration.secret_matches is not False
         if current:
-            self.stdout.write(f"Route {registration.route_key} → {registration.callback_url} (signed with the bot's api_secret).")
+            self.stdout.write(
+                f"Route {registration.route_key} → {registration.callback_url} (signed with the bot's api_secret)."
+            )
             return
         self.stdout.write(
             f"Route {registration.route_key} is already registered to {registration.callback_url}"

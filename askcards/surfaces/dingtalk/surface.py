@@ -190,7 +190,9 @@ class DingTalkSurface:
 
     def sync_due(self, now) -> int:
         due = (
-            CardMessage.objects.filter(platform=Bot.Platform.DINGTALK, ask__isnull=False, version__gt=F("synced_version"))
+            CardMessage.objects.filter(
+                platform=Bot.Platform.DINGTALK, ask__isnull=False, version__gt=F("synced_version")
+            )
             .filter(Q(next_sync_at__isnull=True) | Q(next_sync_at__lte=now))
             .order_by("next_sync_at", "id")
             .values_list("pk", flat=True)[:BATCH]
