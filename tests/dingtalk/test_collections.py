@@ -227,8 +227,16 @@ def test_a_respondent_sees_their_own_answer_privately_and_the_group_only_progres
     response = click(bot, ask, "staff_b", form={"dish": {"index": 0, "value": "a"}})
     assert private_view(response) == {"user_notice": "", "card_status": "submitted",
                                       "question_desc": "你已提交：餐品甲。", "form_btn_text": "已提交"}
-    public = public_view(response)
-    assert public["form_btn_text"] == "1/3" and "餐品甲" not in json.dumps(public, ensure_ascii=False)
+    assert "cardData" not in response.json()  # progress reaches the shared card by PUT only
+
+
+def test_the_last_response_shows_the_finished_card_at_once(collection, bot):
+    ask, _ = collection
+    click(bot, ask, "staff_b", form={"dish": {"index": 0, "value": "a"}})
+    click(bot, ask, "staff_c", cancel=True)
+    public = public_view(click(bot, ask, "staff_d", form={"dish": {"index": 1, "value": "b"}}))
+    assert (public["card_status"], public["form_btn_text"]) == ("submitted", "已结束")
+    assert "餐品" not in json.dumps(public, ensure_ascii=False)
 
 
 def test_purge_drops_the_collections_answers(collection, bot):

@@ -271,9 +271,9 @@ STATE_KEYS = ("card_status", "question_desc", "form_btn_text", "selected_text", 
 def callback_response(outcome: Any) -> dict[str, Any]:
     """The callback's HTTP body (Stream: its ``response``), from the committed state alone.
 
-    ``cardData``: the card's public state now (an ordinary card's answer, a collection's ``k/N``,
-    an ended card's terminal texts), so the clicker sees it at once; the card-sync lane's PUT
-    follows for everyone else. ``userPrivateData`` (the clicker only): ``user_notice`` — why a
+    ``cardData`` (once the card has ended): its public terminal state — an ordinary card's answer,
+    a finished collection, why a stale card is closed — so the clicker sees it at once; the
+    card-sync lane's PUT follows for everyone else. ``userPrivateData`` (the clicker only): ``user_notice`` — why a
     click did not count, "" otherwise — and a targeted respondent's own submitted / cancelled
     view, which must never reach the shared card. ``outcome`` is a ``services.ClickResult``."""
     if outcome is None:
@@ -288,11 +288,15 @@ def callback_response(outcome: Any) -> dict[str, Any]:
         status, desc, badge = RESPONDENT_VIEW[respondent.status]
         selected = submission.selected_text if submission else ""
         private.update(card_status=status, question_desc=desc.format(selected=selected), form_btn_text=badge)
-    return {
+    reply: dict[str, Any] = {
         "cardUpdateOptions": {"updateCardDataByKey": True, "updatePrivateDataByKey": True},
-        "cardData": {"cardParamMap": {key: desired[key] for key in STATE_KEYS}},
         "userPrivateData": {"cardParamMap": private},
     }
+    if not ask.is_open:
+        # Only an ended card's state: it no longer changes, so replies arriving in any order agree
+        # (a collection's k/N could go backwards if two replies crossed; the PUT lane sends it).
+        reply["cardData"] = {"cardParamMap": {key: desired[key] for key in STATE_KEYS}}
+    return reply
 
 
 def find_ask(bot: Bot, out_track_id: str, question_id: str) -> Ask | None:
