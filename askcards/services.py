@@ -955,13 +955,13 @@ def dingtalk_click(*, ask: Ask, user_id: str, action: str, form: dict[str, Any])
                    {"respondent_status": row_status})
             counts = Respondent.objects.filter(ask_id=ask.pk)
             total, waiting = counts.count(), counts.filter(status=Respondent.Status.PENDING).count()
+            outbox.append(
+                agent_id=ask.agent_id, type=OutboxEvent.Type.ASK_PROGRESS, ask=ask,
+                data={"received": total - waiting, "total": total},
+            )
             if waiting == 0:
                 _close(ask, (Ask.Status.PENDING,), Ask.Status.ANSWERED, Ask.Reason.COMPLETED, actor, surface=card.NAME)
             else:
-                outbox.append(
-                    agent_id=ask.agent_id, type=OutboxEvent.Type.ASK_PROGRESS, ask=ask,
-                    data={"received": total - waiting, "total": total},
-                )
                 transaction.on_commit(partial(_after_change, ask, "show"))
     return _click_outcome(ask, clicker, row_status, answers, bool(recorded))
 

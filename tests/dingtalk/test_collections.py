@@ -96,6 +96,8 @@ def test_everyone_responding_completes_once_with_a_wrapped_result(collection, bo
     assert [r["status"] for r in ask.result["collection"]["responses"]] == ["submitted", "cancelled", "empty"]
     assert ask.result["collection"]["status"] == "submitted"
     assert OutboxEvent.objects.filter(ask=ask, type="ask.closed").count() == 1
+    progress = OutboxEvent.objects.filter(ask=ask, type="ask.progress").order_by("seq")
+    assert [event.data["received"] for event in progress] == [1, 2, 3]
     sync_cards()
     assert fake.card_params(details["outTrackId"])["question_desc"] == "已收齐 3 人的回应，结果返回发起会话。"
 
