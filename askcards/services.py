@@ -944,9 +944,13 @@ def dingtalk_click(*, ask: Ask, user_id: str, action: str, form: dict[str, Any])
 
     now = timezone.now()
     with transaction.atomic():
-        open_now = Ask.objects.select_for_update().filter(
-            pk=ask.pk, status=Ask.Status.PENDING, deadline__gt=now
-        ).exists()
+        # Lock the ask (PostgreSQL; SQLite's IMMEDIATE transaction serialises writers): the
+        # deadline sweep, a cancel and the other respondents wait until this response is in.
+        open_now = bool(
+            Ask.objects.select_for_update()
+            .filter(pk=ask.pk, status=Ask.Status.PENDING, deadline__gt=now)
+            .values_list("pk", flat=True)
+        )
         recorded = open_now and Respondent.objects.filter(pk=clicker.pk, status=Respondent.Status.PENDING).update(
             status=row_status, answers=answers, answered_at=now, surface=card.NAME
         )
