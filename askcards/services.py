@@ -934,6 +934,12 @@ def dingtalk_click(*, ask: Ask, user_id: str, action: str, form: dict[str, Any])
         row_status, answers = Respondent.Status.SUBMITTED, {"answers": submission.answers, "values": submission.values}
 
     if ask.target_type == Ask.Target.NONE:
+        if ask.is_open and ask.deadline <= timezone.now():
+            # Past its deadline before the sweep got to it: the deadline wins, as it would have.
+            ask_expire(ask=ask)
+            _audit_ignored(ask, f"late/{row_status}", actor, card.NAME)
+            ask.refresh_from_db()
+            return ClickResult("rejected", ask, card.NOTICE_CLOSED)
         reasons = {Respondent.Status.CANCELLED: Ask.Reason.BY_RESPONDENT, Respondent.Status.EMPTY: Ask.Reason.EMPTY}
         reason = reasons.get(row_status, Ask.Reason.SUBMITTED)
         status = Ask.Status.CANCELLED if action == "cancel" else Ask.Status.ANSWERED

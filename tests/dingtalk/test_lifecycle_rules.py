@@ -230,3 +230,14 @@ def test_five_minutes_count_from_when_the_card_is_live(agent, session, fake):
     ask = Ask.objects.get(pk=outcome.ask.pk)
     assert ask.deadline == ask.activated_at + timedelta(minutes=5)
     assert ask.deadline - ask.created_at >= timedelta(minutes=5, seconds=1)
+
+
+def test_a_click_after_the_deadline_loses_to_it(agent, session, bot):
+    outcome, _ = create(agent, session, {"questions": QUESTIONS})
+    Ask.objects.filter(pk=outcome.ask.pk).update(deadline=timezone.now() - timedelta(seconds=1))
+    response = click(bot, outcome.ask, "staff_a", form={"answer_0": "测试"})
+    assert private_view(response) == {"user_notice": "问题已失效，提交未被记录。"}
+    assert public_view(response)["question_desc"] == "问题已失效，请重新发起。"
+    ask = Ask.objects.get(pk=outcome.ask.pk)
+    assert (ask.status, ask.reason) == ("expired", "timeout")
+    assert ask.result["message"].startswith("交互卡片已超时:")
