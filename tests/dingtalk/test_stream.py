@@ -144,3 +144,28 @@ def test_failed_connection_open_is_retried(bot, gateway, fake):
     with running(fast_client(bot)):
         gateway.wait_connected(1)
     assert len(fake.requests_to("/v1.0/gateway/connections/open")) == 3
+
+
+def test_slow_database_work_does_not_stall_pings(agent, bot, gateway, monkeypatch):
+    """The handler's ORM work runs on a worker thread: a ping sent after a slow callback is
+    answered first."""
+    import time
+
+    from askcards.management.commands import askcards_dingtalk_stream as command
+
+    real = command.handle_sync
+
+    def slow(bot_pk, data):
+        time.sleep(1.0)
+        return real(bot_pk, data)
+
+    monkeypatch.setattr(command, "handle_sync", slow)
+    session = make_session(agent, bot)
+    outcome, _ = create(agent, session, {"questions": QUESTIONS})
+    with running(fast_client(bot)):
+        gateway.wait_connected(1)
+        callback_id = submit_frame(gateway, outcome.ask)
+        ping_id = gateway.push("SYSTEM", "ping", json.dumps({"opaque": "x"}))
+        first = gateway.acks.get(timeout=10)
+        second = gateway.acks.get(timeout=10)
+    assert [first["headers"]["messageId"], second["headers"]["messageId"]] == [ping_id, callback_id]

@@ -158,6 +158,13 @@ class StreamClient:
                 task.cancel()
 
     async def _dispatch(self, websocket, kind: str, topic: str, headers: dict[str, Any], data: Any) -> None:
+        try:
+            await self._answer(websocket, kind, topic, headers, data)
+        except WebSocketException:
+            # The connection went away before the ack; DingTalk re-pushes the frame on the next one.
+            logger.info("dingtalk stream of app %s closed before an ack", self.client_id)
+
+    async def _answer(self, websocket, kind: str, topic: str, headers: dict[str, Any], data: Any) -> None:
         if kind == "EVENT":
             await self._ack(websocket, headers, json.dumps({"status": "SUCCESS", "message": "ignored"}))
             return
