@@ -663,6 +663,7 @@ def bot_add(*, platform: str, app_id: str, app_secret: str, base_url: str = "", 
 # the outcome reaches the agent as the ask.closed event's ``message`` (a new user turn).
 
 DINGTALK_DEFAULT_TIMEOUT = timedelta(minutes=dingtalk_tool.DEFAULT_TIMEOUT_MINUTES)
+DINGTALK_SURFACE = "dingtalk"  # the surface name in audit rows and Respondent.surface
 
 
 def _dingtalk_text(details: dict[str, Any]) -> str:
@@ -910,19 +911,17 @@ def dingtalk_click(*, ask: Ask, user_id: str, action: str, form: dict[str, Any])
     collection's result, when the last one responds. A repeat of a recorded response is
     ``duplicate`` and changes nothing but an audit row.
     """
-    from .surfaces.dingtalk import surface as card  # notices the clicker reads
-
     actor = f"respondent:{user_id or '?'}"
     respondents = list(ask.respondents.all())
     clicker = next((r for r in respondents if user_id and r.respondent_key == user_id.strip().casefold()), None)
     if clicker is None:
         if not user_id.strip():
-            notice = card.NOTICE_NO_IDENTITY
+            notice = dingtalk_tool.NOTICE_NO_IDENTITY
         elif ask.target_type == Ask.Target.NONE:
-            notice = card.NOTICE_NOT_OWNER
+            notice = dingtalk_tool.NOTICE_NOT_OWNER
         else:
-            notice = card.NOTICE_NOT_RESPONDENT
-        _audit_ignored(ask, "not_respondent", actor, card.NAME)
+            notice = dingtalk_tool.NOTICE_NOT_RESPONDENT
+        _audit_ignored(ask, "not_respondent", actor, DINGTALK_SURFACE)
         return ClickResult("rejected", ask, notice)
 
     submission = dingtalk_tool.read_submission(ask.fields or [], form) if action == "submit" else None
@@ -937,13 +936,13 @@ def dingtalk_click(*, ask: Ask, user_id: str, action: str, form: dict[str, Any])
         if ask.is_open and ask.deadline <= timezone.now():
             # Past its deadline before the sweep got to it: the deadline wins, as it would have.
             ask_expire(ask=ask)
-            _audit_ignored(ask, f"late/{row_status}", actor, card.NAME)
+            _audit_ignored(ask, f"late/{row_status}", actor, DINGTALK_SURFACE)
             ask.refresh_from_db()
-            return ClickResult("rejected", ask, card.NOTICE_CLOSED)
+            return ClickResult("rejected", ask, dingtalk_tool.NOTICE_CLOSED)
         reasons = {Respondent.Status.CANCELLED: Ask.Reason.BY_RESPONDENT, Respondent.Status.EMPTY: Ask.Reason.EMPTY}
         reason = reasons.get(row_status, Ask.Reason.SUBMITTED)
         status = Ask.Status.CANCELLED if action == "cancel" else Ask.Status.ANSWERED
-        won = _close(ask, (Ask.Status.PENDING,), status, reason, actor, surface=card.NAME,
+        won = _close(ask, (Ask.Status.PENDING,), status, reason, actor, surface=DINGTALK_SURFACE,
                      respondent=(clicker, row_status, answers),
                      result=_dingtalk_click_result(ask, reason, clicker, row_status, answers))
         return _click_outcome(ask, clicker, row_status, answers, won)
@@ -958,10 +957,10 @@ def dingtalk_click(*, ask: Ask, user_id: str, action: str, form: dict[str, Any])
             .values_list("pk", flat=True)
         )
         recorded = open_now and Respondent.objects.filter(pk=clicker.pk, status=Respondent.Status.PENDING).update(
-            status=row_status, answers=answers, answered_at=now, surface=card.NAME
+            status=row_status, answers=answers, answered_at=now, surface=DINGTALK_SURFACE
         )
         if recorded:
-            _audit(ask, AskEvent.Kind.RESPONDED, Ask.Status.PENDING, Ask.Status.PENDING, actor, card.NAME,
+            _audit(ask, AskEvent.Kind.RESPONDED, Ask.Status.PENDING, Ask.Status.PENDING, actor, DINGTALK_SURFACE,
                    {"respondent_status": row_status})
             counts = Respondent.objects.filter(ask_id=ask.pk)
             total, waiting = counts.count(), counts.filter(status=Respondent.Status.PENDING).count()
@@ -970,7 +969,7 @@ def dingtalk_click(*, ask: Ask, user_id: str, action: str, form: dict[str, Any])
                 data={"received": total - waiting, "total": total},
             )
             if waiting == 0:
-                _close(ask, (Ask.Status.PENDING,), Ask.Status.ANSWERED, Ask.Reason.COMPLETED, actor, surface=card.NAME)
+                _close(ask, (Ask.Status.PENDING,), Ask.Status.ANSWERED, Ask.Reason.COMPLETED, actor, surface=DINGTALK_SURFACE)
             else:
                 transaction.on_commit(partial(_after_change, ask, "show"))
     return _click_outcome(ask, clicker, row_status, answers, bool(recorded))
@@ -990,21 +989,20 @@ def _dingtalk_click_result(ask: Ask, reason: str, clicker: Respondent, row_statu
 def _click_outcome(ask: Ask, clicker: Respondent, row_status: str, answers, won: bool) -> ClickResult:
     """The reply to a click. A lost ordinary click was already audited by ``_close``; a refused
     targeted one is audited here (one audit row per ignored click either way)."""
-    from .surfaces.dingtalk import surface as card
-
     row = Respondent.objects.get(pk=clicker.pk)
     if won:
         return ClickResult("recorded", ask, "", row)
+    ask.refresh_from_db()  # whoever won: the reply shows the card as it is now
     targeted = ask.target_type != Ask.Target.NONE
     actor = f"respondent:{clicker.respondent_id}"
     if row.status == row_status and (row_status == Respondent.Status.CANCELLED or row.answers == answers):
         # The same response again (a double click, a platform re-delivery): same reply, no change.
         if targeted:
-            _audit_ignored(ask, f"duplicate/{row_status}", actor, card.NAME)
+            _audit_ignored(ask, f"duplicate/{row_status}", actor, DINGTALK_SURFACE)
         return ClickResult("duplicate", ask, "", row)
     if targeted:
         responded = row.status not in (Respondent.Status.PENDING, Respondent.Status.MISSING)
-        _audit_ignored(ask, f"{'again' if responded else 'closed'}/{row_status}", actor, card.NAME)
+        _audit_ignored(ask, f"{'again' if responded else 'closed'}/{row_status}", actor, DINGTALK_SURFACE)
         if responded:
-            return ClickResult("rejected", ask, card.NOTICE_ALREADY, row)
-    return ClickResult("rejected", ask, card.NOTICE_CLOSED)
+            return ClickResult("rejected", ask, dingtalk_tool.NOTICE_ALREADY, row)
+    return ClickResult("rejected", ask, dingtalk_tool.NOTICE_CLOSED)

@@ -122,6 +122,8 @@ def test_callback_and_new_message_racing_end_the_card_once(agent, session, bot):
         else:
             assert ask.reason == "superseded_by_message" and results["message"] == 1
             assert notice == "问题已失效，提交未被记录。"
+            desc = results["click"]["cardData"]["cardParamMap"]["question_desc"]
+            assert desc.startswith("你在问题卡片发出后发送了新消息")  # the loser sees why, at once
 
 
 def test_agent_restart_invalidates_ordinary_cards(agent, session, fake):

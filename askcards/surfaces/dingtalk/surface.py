@@ -40,13 +40,8 @@ BACKOFF_SECONDS = (1, 2, 5, 10, 30, 60, 120, 300)
 BATCH = 50
 
 # A private text variable of the template (README "Connecting DingTalk"): what the clicker alone
-# reads when a click did not count — beyond the reference, which gives no feedback at all.
+# reads when a click did not count (texts: dt.NOTICE_*) — the reference gives no feedback at all.
 NOTICE = "user_notice"
-NOTICE_NOT_OWNER = "仅提问对象可以回答这张卡片。"
-NOTICE_NOT_RESPONDENT = "你不是本次收集的指定填写人，提交未被记录。"
-NOTICE_NO_IDENTITY = "无法确认你的身份，提交未被记录。"
-NOTICE_ALREADY = "你已回应过本次收集，以第一次回应为准。"
-NOTICE_CLOSED = "问题已失效，提交未被记录。"
 # A targeted respondent's own view of the card after responding (their answers only privately).
 RESPONDENT_VIEW = {
     Respondent.Status.SUBMITTED: ("submitted", "你已提交：{selected}。", "已提交"),
