@@ -47,7 +47,10 @@ class RespondentInline(ReadOnlyInline):
 
 class CardMessageInline(ReadOnlyInline):
     model = CardMessage
-    fields = ("platform", "bot", "message_id", "open_space_id", "version", "synced_version", "last_error", "updated_at")
+    fields = (
+        "platform", "bot", "message_id", "open_space_id", "version", "synced_version", "card_reason", "last_error",
+        "updated_at",
+    )
 
 
 class AskEventInline(ReadOnlyInline):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 
+from django.conf import settings
 from django.db import transaction
 from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
@@ -17,6 +18,8 @@ from django.views.decorators.http import require_POST
 from askcards import services
 from askcards.db import in_pool
 from askcards.models import Ask, Bot, CardMessage, ProgressCard
+from askcards.surfaces.dingtalk import callbacks as dingtalk_callbacks
+from askcards.surfaces.dingtalk import surface as dingtalk
 from askcards.surfaces.feishu import cards as feishu_cards
 from askcards.surfaces.feishu import parse as feishu_parse
 from askcards.surfaces.feishu import security as feishu_security
@@ -164,3 +167,50 @@ def _progress_cancel(bot: Bot, action) -> tuple[str, str, ProgressCard | None]:
         return "info", feishu_cards.TOAST_STALE, card
     card.refresh_from_db()
     return "success", feishu_cards.TOAST_CANCELLED, card
+
+
+# ------------------------------------------------------------------------------------ DingTalk
+
+
+@csrf_exempt
+@require_POST
+def dingtalk_callback(request, client_id: str):
+    """HTTP card callbacks of a DingTalk app (SPEC §6.2): signature, then the shared handler.
+
+    DingTalk signs the timestamp, not the body (platform §1.4), so a bot without an api_secret
+    accepts nothing here (register the route with one: ``askcards_dingtalk_register``).
+    """
+    bot = Bot.objects.filter(platform=Bot.Platform.DINGTALK, app_id=client_id, is_active=True).first()
+    if bot is None:
+        return JsonResponse({"error": "unknown app"}, status=404)
+    if not bot.api_secret:
+        logger.warning("dingtalk callback for app %s refused: the bot has no api_secret", client_id)
+        return JsonResponse({"error": "this app has no api_secret; HTTP callbacks cannot be verified"}, status=401)
+    if not dingtalk_callbacks.verify_signature(
+        request.headers.get(dingtalk_callbacks.TIMESTAMP_HEADER),
+        request.headers.get(dingtalk_callbacks.SIGNATURE_HEADER),
+        bot.api_secret,
+        max_skew=settings.ASKCARDS_DINGTALK_CALLBACK_SKEW_SECONDS,
+    ):
+        logger.warning("dingtalk callback for app %s rejected: missing, wrong or stale signature", client_id)
+        return JsonResponse({"error": "missing, wrong or stale x-ddpaas-signature"}, status=401)
+    try:
+        return JsonResponse(dingtalk_card_callback(bot, request.body))
+    except dingtalk_callbacks.MalformedCallback as exc:
+        logger.warning("dingtalk callback for app %s malformed: %s", client_id, exc)
+        return JsonResponse({"error": str(exc)}, status=400)
+
+
+def dingtalk_card_callback(bot: Bot, payload) -> dict:
+    """One DingTalk card callback, verified by the transport (HTTP signature or the Stream
+    connection): the body to answer with. Answers from the database alone — the card PUTs follow
+    from the worker's card-sync lane. Raises MalformedCallback for an unreadable payload."""
+    click = dingtalk_callbacks.parse_callback(payload)
+    if click.ignorable:
+        return {}  # template noise (the card-level fromConfig event): consumes nothing
+    ask = dingtalk.find_ask(bot, click.out_track_id, click.question_id)
+    if ask is None:
+        logger.info("dingtalk callback for app %s names no known card (%s)", bot.app_id, click.out_track_id or "-")
+        return {}
+    outcome = services.dingtalk_click(ask=ask, user_id=click.user_id, action=click.action, form=click.form)
+    return dingtalk.callback_response(outcome)

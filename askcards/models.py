@@ -375,6 +375,9 @@ class CardMessage(models.Model):
     next_sync_at = models.DateTimeField(null=True, blank=True)
     sync_attempts = models.PositiveIntegerField(default=0, help_text="Failed pushes in a row")
     last_error = models.TextField(blank=True)
+    # A card-only ending that overrides what the ask's reason shows (DingTalk ``dispatch_failed``:
+    # the answer was received but its result never reached the agent).
+    card_reason = models.CharField(max_length=24, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -187,6 +187,12 @@ def _schedule_retry(event: OutboxEvent, error: str) -> None:
         next_attempt_at=None if give_up else now + timedelta(seconds=delay),
         failed_at=now if give_up else None,
     )
+    if give_up and event.type == OutboxEvent.Type.ASK_CLOSED and event.ask_id:
+        from . import surfaces  # the card says the conversation did not continue (DingTalk dispatch_failed)
+
+        ask = Ask.objects.select_related("session").filter(pk=event.ask_id).first()
+        if ask is not None:
+            surfaces.result_undeliverable(ask)
     logger.warning(
         "webhook failed agent=%s seq=%s attempt=%s error=%s%s",
         event.agent_id,

@@ -23,6 +23,7 @@ from . import crypto, events, outbox, surfaces, tools
 from .errors import InvalidInput, UnknownTool
 from .models import Agent, Ask, AskEvent, Bot, CallbackReceipt, CardMessage, OutboxEvent, ProgressCard, Respondent, Session
 from .tools import ask_user_questions
+from .tools import dingtalk_ask_user_question as dingtalk_tool
 
 logger = logging.getLogger(__name__)
 
@@ -133,6 +134,8 @@ def tool_call(
         existing = Ask.objects.filter(agent=agent, call_id=call_id).select_related("session").first()
         if existing is not None:
             return _existing_outcome(existing, session, name)
+    if name == dingtalk_tool.NAME:
+        return dingtalk_tool_call(agent=agent, session=session, arguments=arguments, call_id=call_id, sender_id=sender_id)
     if timeout_seconds is not None and not 1 <= timeout_seconds <= MAX_TIMEOUT_SECONDS:
         raise InvalidInput(f"timeout_seconds must be from 1 to {MAX_TIMEOUT_SECONDS}, got {timeout_seconds}")
 
@@ -267,6 +270,9 @@ def ask_answer(
     """
     if ask is None or ask.pk != ask_id:  # a caller that just read the ask may hand it over
         ask = Ask.objects.select_related("session", "agent").get(pk=ask_id)
+    if ask.tool == dingtalk_tool.NAME:
+        # A DingTalk form has its own answer shape and lifecycle (dingtalk_click), only on its card.
+        return AnswerOutcome(False, ask, "invalid: this ask is answered on its DingTalk card")
     actor = f"respondent:{respondent_id or ask.sender_id}"
     respondent = ask.respondents.first()
     if respondent_id is not None and (respondent is None or respondent.respondent_key != respondent_id.casefold()):
@@ -518,7 +524,11 @@ def purge_answers(*, now=None) -> int:
 def _purged_result(result: dict[str, Any] | None) -> dict[str, Any] | None:
     if result is None:
         return None
-    kept = {key: value for key, value in result.items() if key not in {"answers", "responses", "tool_result", "message"}}
+    kept = {
+        key: value
+        for key, value in result.items()
+        if key not in {"answers", "responses", "collection", "tool_result", "message"}
+    }
     kept["purged"] = True
     return kept
 
@@ -541,8 +551,6 @@ def _close(
 ) -> bool:
     """The one terminal transition: conditional UPDATE, audit row, result event, on-commit hooks."""
     now = now or timezone.now()
-    if result is None:
-        result = {"tool_result": tools.error_result(reason)} if ask.blocking else {}
     # No savepoint when nested (a callback's transaction): nothing here is caught and retried.
     with transaction.atomic(savepoint=False):
         if len(expected) == 1:
@@ -552,6 +560,11 @@ def _close(
             # Lock and read the row first (no-op lock on SQLite, whose IMMEDIATE transactions
             # serialise writers) to know which open status the audit row should name.
             from_status = Ask.objects.select_for_update().filter(pk=ask.pk).values_list("status", flat=True).first()
+        if result is None and ask.tool == dingtalk_tool.NAME:
+            # Read inside the transaction: a targeted result holds the responses as they are now.
+            result = _dingtalk_result(ask, status, reason) if from_status in expected else {}
+        if result is None:
+            result = {"tool_result": tools.error_result(reason)} if ask.blocking else {}
         won = from_status in expected and Ask.objects.filter(pk=ask.pk, status__in=expected).update(
             status=status, reason=reason, closed_at=now, result=result
         )
@@ -563,6 +576,11 @@ def _close(
             row, row_status, answers = respondent
             Respondent.objects.filter(pk=row.pk, status=Respondent.Status.PENDING).update(
                 status=row_status, answers=answers, answered_at=now, surface=surface
+            )
+        if ask.target_type != Ask.Target.NONE:
+            # A targeted collection ends: whoever has not responded is missing.
+            Respondent.objects.filter(ask_id=ask.pk, status=Respondent.Status.PENDING).update(
+                status=Respondent.Status.MISSING
             )
         _audit(ask, AskEvent.Kind.CLOSED, from_status, status, actor, surface, {"reason": reason, **(detail or {})})
         outbox.append(
@@ -658,3 +676,353 @@ def bot_add(*, platform: str, app_id: str, app_secret: str, base_url: str = "", 
     bot.full_clean()
     bot.save()
     return bot
+
+
+# ------------------------------------------------------------------- dingtalk_ask_user_question
+# SPEC §4.2, reference/dingtalk-plugin.md §2, §7, §9, §10. Non-blocking: create returns at once;
+# the outcome reaches the agent as the ask.closed event's ``message`` (a new user turn).
+
+DINGTALK_DEFAULT_TIMEOUT = timedelta(minutes=dingtalk_tool.DEFAULT_TIMEOUT_MINUTES)
+DINGTALK_SURFACE = "dingtalk"  # the surface name in audit rows and Respondent.surface
+
+
+def _dingtalk_text(details: dict[str, Any]) -> str:
+    return dingtalk_tool.tool_result_text(details)
+
+
+def _dingtalk_failed(error: str, **ids: str) -> ToolCallOutcome:
+    return ToolCallOutcome("failed", _dingtalk_text(dingtalk_tool.failed_details(error, **ids)), None, False)
+
+
+def dingtalk_tool_call(
+    *, agent: Agent, session: Session, arguments: Any, call_id: str | None = None, sender_id: str = ""
+) -> ToolCallOutcome:
+    """``dingtalk_ask_user_question``: create | list | cancel, with the reference's texts.
+
+    Validation is the tool's own (reference order and error strings, then the published schema),
+    not the generic schema-first one. ``list`` and ``cancel`` reach only the targeted collections
+    this caller started in this conversation, by this agent (reference §10).
+    """
+    tool = dingtalk_tool.TOOL
+    available = [t.name for t in tools.tools_for(platform=session.platform, is_subagent=session.is_subagent)]
+    if tool.name not in available:
+        return _dingtalk_failed(dingtalk_tool.NO_CONTEXT_ERROR)
+    try:
+        normalised = tool.normalise(arguments)
+        _reject_nul(arguments, "arguments")
+    except tools.ToolInputError as exc:
+        return _dingtalk_failed(str(exc))
+    owner = sender_id or session.user_id
+    action = normalised.extra["action"]
+    if action == "list":
+        rows = [
+            {
+                "question_id": ask.id,
+                "title": ask.title,
+                "deadline": ask.deadline,
+                "received": sum(r.status != Respondent.Status.PENDING for r in ask.respondents.all()),
+                "total": len(ask.respondents.all()),
+            }
+            for ask in _dingtalk_owned_collections(agent, session, owner)
+        ]
+        return ToolCallOutcome("ok", _dingtalk_text(dingtalk_tool.list_details(rows)), None, False)
+    if action == "cancel":
+        return _dingtalk_cancel(agent, session, owner, normalised.extra["questionId"])
+    return _dingtalk_create(agent, session, owner, normalised, call_id)
+
+
+def _dingtalk_owned_collections(agent: Agent, session: Session, owner: str):
+    asks = (
+        Ask.objects.filter(
+            agent=agent,
+            session=session,
+            tool=dingtalk_tool.NAME,
+            status=Ask.Status.PENDING,
+            deadline__gt=timezone.now(),
+        )
+        .exclude(target_type=Ask.Target.NONE)
+        .prefetch_related("respondents")
+        .order_by("created_at", "id")
+    )
+    return [ask for ask in asks if owner and ask.sender_id.casefold() == owner.casefold()]
+
+
+def _dingtalk_cancel(agent: Agent, session: Session, owner: str, question_id: str) -> ToolCallOutcome:
+    owned = {ask.id: ask for ask in _dingtalk_owned_collections(agent, session, owner)}
+    ask = owned.get(question_id)
+    if ask is None or not ask_cancel(ask=ask, reason=Ask.Reason.BY_AGENT, actor=f"agent:{agent.name}"):
+        return _dingtalk_failed(dingtalk_tool.CANCEL_NOT_ALLOWED_ERROR)
+    # The partial results go back in this tool result, not as a message (reference §10).
+    outbox.result_returned(ask.id, timezone.now())
+    text = _dingtalk_text(dingtalk_tool.cancel_details(ask.result["collection"]))
+    return ToolCallOutcome("cancelled", text, None, False)
+
+
+def _dingtalk_create(agent: Agent, session: Session, owner: str, normalised, call_id: str | None) -> ToolCallOutcome:
+    extra = normalised.extra
+    target = extra.get("target")
+    title_limit = Ask._meta.get_field("title").max_length
+    if len(normalised.title) > title_limit:
+        return _dingtalk_failed(
+            f"arguments: the card title (title, else the first field label or question header) is "
+            f"{len(normalised.title)} characters; at most {title_limit} fit"
+        )
+    now = timezone.now()
+    timeout = timedelta(minutes=extra["timeoutMinutes"]) if extra.get("timeoutMinutes") else DINGTALK_DEFAULT_TIMEOUT
+    respondent_ids = list(target["respondentUserIds"]) if target else [owner]
+    key_limit = Respondent._meta.get_field("respondent_key").max_length
+    if len(owner.casefold()) > key_limit:
+        raise InvalidInput(
+            f"sender_id (else the session's user_id) {owner[:40]!r}… is too long: at most {key_limit} characters"
+        )
+    bot_id = session.bot.app_id if session.bot else ""
+    ask = Ask(
+        agent=agent,
+        session=session,
+        tool=dingtalk_tool.NAME,
+        call_id=call_id or None,
+        sender_id=owner,
+        blocking=False,
+        title=normalised.title,
+        description=normalised.description,
+        questions=normalised.questions,
+        fields=normalised.fields,
+        target_type=target["type"] if target else Ask.Target.NONE,
+        target_id=target["id"] if target else "",
+        scope_key=f"{bot_id}:{session.key}:{owner}"[:800],
+        deadline=now + timeout,
+        created_at=now,
+    )
+    shown_on = surfaces.reachable_surfaces(session, dingtalk_tool.NAME)
+    ask.surfaces = [surface.name for surface in shown_on]
+    try:
+        with transaction.atomic():
+            ask.save(force_insert=True)
+            Respondent.objects.bulk_create(
+                Respondent(ask=ask, respondent_id=rid, respondent_key=rid.casefold(), position=index)
+                for index, rid in enumerate(respondent_ids)
+            )
+            _audit(
+                ask, AskEvent.Kind.CREATED, "", Ask.Status.RESERVED, f"agent:{agent.name}", detail={"tool": ask.tool}
+            )
+    except IntegrityError:
+        existing = Ask.objects.select_related("session").get(agent=agent, call_id=call_id)
+        return _existing_outcome(existing, session, dingtalk_tool.NAME)
+
+    if not shown_on:
+        text = _dingtalk_text(dingtalk_tool.failed_details(dingtalk_tool.NO_CONTEXT_ERROR, question_id=ask.id))
+        _close(ask, Ask.OPEN, Ask.Status.FAILED, Ask.Reason.NO_SURFACE, SYSTEM, result={"tool_result": text})
+        return _outcome(ask, created=True)
+    for surface in shown_on:
+        try:
+            surface.deliver(ask)
+        except surfaces.DeliveryFailed as exc:
+            logger.warning("delivery of ask %s to %s failed", ask.id, surface.name)
+            text = _dingtalk_text(dingtalk_tool.failed_details(str(exc)))
+            _close(ask, Ask.OPEN, Ask.Status.FAILED, Ask.Reason.DELIVERY_FAILED, SYSTEM,
+                   result={"tool_result": text}, detail={"error": str(exc)[:300]})
+            return _outcome(ask, created=True)
+    out_track_id = (
+        CardMessage.objects.filter(ask=ask, platform=Bot.Platform.DINGTALK).values_list("message_id", flat=True).first()
+        or ""
+    )
+    targeted = target is not None
+    pending = dingtalk_tool.pending_details(
+        question_id=ask.id,
+        out_track_id=out_track_id,
+        deadline=ask.deadline if targeted else None,
+        timeout_minutes=extra.get("timeoutMinutes") if targeted else None,
+    )
+    # Written before activation, so whoever ends the ask later keeps it in the result.
+    Ask.objects.filter(pk=ask.pk, status=Ask.Status.RESERVED).update(result={"tool_result": _dingtalk_text(pending)})
+    if not ask_activate(ask=ask):
+        # A newer message (or anything else) ended it while the card was being delivered; the
+        # card already shows why (its withdraw ran), the model reads the reference's error.
+        lost = _dingtalk_text(
+            dingtalk_tool.failed_details(
+                dingtalk_tool.ACTIVATION_LOST_ERROR, question_id=ask.id, out_track_id=out_track_id
+            )
+        )
+        Ask.objects.filter(pk=ask.pk).update(result={**(_current_result(ask) or {}), "tool_result": lost})
+        outcome = _outcome(ask, created=True)
+        outcome.status = "failed"
+        return outcome
+    if not targeted:
+        # The person gets the full five minutes from when the card is live (reference §7).
+        Ask.objects.filter(pk=ask.pk, status=Ask.Status.PENDING).update(
+            deadline=ask.activated_at + DINGTALK_DEFAULT_TIMEOUT
+        )
+        # The new card only replaces older ones of the same person and conversation once delivered.
+        older = Ask.objects.filter(
+            scope_key=ask.scope_key, tool=dingtalk_tool.NAME, target_type=Ask.Target.NONE, status__in=Ask.OPEN
+        ).exclude(pk=ask.pk).select_related("session", "agent")
+        for other in older:
+            ask_invalidate(ask=other, reason=Ask.Reason.SUPERSEDED_BY_QUESTION)
+    return _outcome(ask, created=True)
+
+
+def _current_result(ask: Ask) -> dict[str, Any] | None:
+    return Ask.objects.filter(pk=ask.pk).values_list("result", flat=True).first()
+
+
+def _dingtalk_responses(ask: Ask) -> list[dict[str, Any]]:
+    rows = Respondent.objects.filter(ask_id=ask.pk).order_by("position")
+    responses = []
+    for row in rows:
+        status = row.status if row.status != Respondent.Status.PENDING else Respondent.Status.MISSING
+        answers = (row.answers or {}).get("answers", []) if status == Respondent.Status.SUBMITTED else []
+        responses.append({"respondent_user_id": row.respondent_id, "status": status, "answers": list(answers)})
+    return responses
+
+
+def _dingtalk_result(ask: Ask, status: str, reason: str) -> dict[str, Any]:
+    """The result of a DingTalk ask ending with ``reason``: the responses, and the ``message`` the
+    agent injects as a new user turn (reference §9) when the ending has one. The create call's
+    ``tool_result`` is kept, so a retried call (same call_id) reads what the model read."""
+    result: dict[str, Any] = {}
+    kept = (_current_result(ask) or {}).get("tool_result")
+    if kept:
+        result["tool_result"] = kept
+    responses = _dingtalk_responses(ask)
+    result["responses"] = responses
+    if ask.target_type == Ask.Target.NONE:
+        first = responses[0] if responses else {"answers": []}
+        message = dingtalk_tool.answer_message(
+            reason=reason, question_id=ask.id, title=ask.title, answers=first["answers"]
+        )
+        if message is not None:
+            result["message"] = message
+        return result
+    overall = dingtalk_tool.COLLECTION_STATUS.get(reason)
+    if overall is None:
+        return result
+    collection = dingtalk_tool.collection_result(
+        question_id=ask.id,
+        title=ask.title,
+        status=overall,
+        target={"type": ask.target_type, "id": ask.target_id},
+        responses=responses,
+    )
+    result["collection"] = collection
+    if reason != Ask.Reason.BY_AGENT:
+        # The initiator's own cancel returns the partial results in its tool result instead.
+        result["message"] = dingtalk_tool.collection_message(collection)
+    return result
+
+
+@dataclass
+class ClickResult:
+    """What a DingTalk card click did. ``kind``: recorded | duplicate | rejected; ``notice`` says
+    why a click did not count; ``respondent`` is the clicker's row once they have responded."""
+
+    kind: str
+    ask: Ask
+    notice: str = ""
+    respondent: Respondent | None = None
+
+
+def dingtalk_click(*, ask: Ask, user_id: str, action: str, form: dict[str, Any]) -> ClickResult:
+    """A submit or cancel on an ask's DingTalk card (``action``: ``submit`` | ``cancel``).
+
+    Ordinary cards: only the asker may answer; the first submit, empty submit or cancel ends the
+    ask (one conditional UPDATE, racing new messages, the deadline and cancels cleanly). Targeted
+    collections: only listed respondents (case-insensitive; a click naming nobody is refused);
+    each one's first response is recorded and later ones ignored; the ask ends, with the
+    collection's result, when the last one responds. A repeat of a recorded response is
+    ``duplicate`` and changes nothing but an audit row.
+    """
+    actor = f"respondent:{user_id or '?'}"
+    respondents = list(ask.respondents.all())
+    clicker = next((r for r in respondents if user_id and r.respondent_key == user_id.strip().casefold()), None)
+    if clicker is None:
+        if not user_id.strip():
+            notice = dingtalk_tool.NOTICE_NO_IDENTITY
+        elif ask.target_type == Ask.Target.NONE:
+            notice = dingtalk_tool.NOTICE_NOT_OWNER
+        else:
+            notice = dingtalk_tool.NOTICE_NOT_RESPONDENT
+        _audit_ignored(ask, "not_respondent", actor, DINGTALK_SURFACE)
+        return ClickResult("rejected", ask, notice)
+
+    submission = dingtalk_tool.read_submission(ask.fields or [], form) if action == "submit" else None
+    if action == "cancel":
+        row_status, answers = Respondent.Status.CANCELLED, None
+    elif submission.empty:
+        row_status, answers = Respondent.Status.EMPTY, {"answers": [], "values": []}
+    else:
+        row_status, answers = Respondent.Status.SUBMITTED, {"answers": submission.answers, "values": submission.values}
+
+    if ask.target_type == Ask.Target.NONE:
+        if ask.is_open and ask.deadline <= timezone.now():
+            # Past its deadline before the sweep got to it: the deadline wins, as it would have.
+            ask_expire(ask=ask)
+            _audit_ignored(ask, f"late/{row_status}", actor, DINGTALK_SURFACE)
+            ask.refresh_from_db()
+            return ClickResult("rejected", ask, dingtalk_tool.NOTICE_CLOSED)
+        reasons = {Respondent.Status.CANCELLED: Ask.Reason.BY_RESPONDENT, Respondent.Status.EMPTY: Ask.Reason.EMPTY}
+        reason = reasons.get(row_status, Ask.Reason.SUBMITTED)
+        status = Ask.Status.CANCELLED if action == "cancel" else Ask.Status.ANSWERED
+        won = _close(ask, (Ask.Status.PENDING,), status, reason, actor, surface=DINGTALK_SURFACE,
+                     respondent=(clicker, row_status, answers),
+                     result=_dingtalk_click_result(ask, reason, clicker, row_status, answers))
+        return _click_outcome(ask, clicker, row_status, answers, won)
+
+    now = timezone.now()
+    with transaction.atomic():
+        # Lock the ask (PostgreSQL; SQLite's IMMEDIATE transaction serialises writers): the
+        # deadline sweep, a cancel and the other respondents wait until this response is in.
+        open_now = bool(
+            Ask.objects.select_for_update()
+            .filter(pk=ask.pk, status=Ask.Status.PENDING, deadline__gt=now)
+            .values_list("pk", flat=True)
+        )
+        recorded = open_now and Respondent.objects.filter(pk=clicker.pk, status=Respondent.Status.PENDING).update(
+            status=row_status, answers=answers, answered_at=now, surface=DINGTALK_SURFACE
+        )
+        if recorded:
+            _audit(ask, AskEvent.Kind.RESPONDED, Ask.Status.PENDING, Ask.Status.PENDING, actor, DINGTALK_SURFACE,
+                   {"respondent_status": row_status})
+            counts = Respondent.objects.filter(ask_id=ask.pk)
+            total, waiting = counts.count(), counts.filter(status=Respondent.Status.PENDING).count()
+            outbox.append(
+                agent_id=ask.agent_id, type=OutboxEvent.Type.ASK_PROGRESS, ask=ask,
+                data={"received": total - waiting, "total": total},
+            )
+            if waiting == 0:
+                _close(ask, (Ask.Status.PENDING,), Ask.Status.ANSWERED, Ask.Reason.COMPLETED, actor, surface=DINGTALK_SURFACE)
+            else:
+                transaction.on_commit(partial(_after_change, ask, "show"))
+    return _click_outcome(ask, clicker, row_status, answers, bool(recorded))
+
+
+def _dingtalk_click_result(ask: Ask, reason: str, clicker: Respondent, row_status: str, answers) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    kept = (ask.result or {}).get("tool_result")
+    if kept:
+        result["tool_result"] = kept
+    shown = (answers or {}).get("answers", []) if row_status == Respondent.Status.SUBMITTED else []
+    result["responses"] = [{"respondent_user_id": clicker.respondent_id, "status": row_status, "answers": shown}]
+    result["message"] = dingtalk_tool.answer_message(reason=reason, question_id=ask.id, title=ask.title, answers=shown)
+    return result
+
+
+def _click_outcome(ask: Ask, clicker: Respondent, row_status: str, answers, won: bool) -> ClickResult:
+    """The reply to a click. A lost ordinary click was already audited by ``_close``; a refused
+    targeted one is audited here (one audit row per ignored click either way)."""
+    row = Respondent.objects.get(pk=clicker.pk)
+    if won:
+        return ClickResult("recorded", ask, "", row)
+    ask.refresh_from_db()  # whoever won: the reply shows the card as it is now
+    targeted = ask.target_type != Ask.Target.NONE
+    actor = f"respondent:{clicker.respondent_id}"
+    if row.status == row_status and (row_status == Respondent.Status.CANCELLED or row.answers == answers):
+        # The same response again (a double click, a platform re-delivery): same reply, no change.
+        if targeted:
+            _audit_ignored(ask, f"duplicate/{row_status}", actor, DINGTALK_SURFACE)
+        return ClickResult("duplicate", ask, "", row)
+    if targeted:
+        responded = row.status not in (Respondent.Status.PENDING, Respondent.Status.MISSING)
+        _audit_ignored(ask, f"{'again' if responded else 'closed'}/{row_status}", actor, DINGTALK_SURFACE)
+        if responded:
+            return ClickResult("rejected", ask, dingtalk_tool.NOTICE_ALREADY, row)
+    return ClickResult("rejected", ask, dingtalk_tool.NOTICE_CLOSED)

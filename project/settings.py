@@ -209,7 +209,10 @@ ASKCARDS_WEBHOOK_RETRY_HOURS = 24
 ASKCARDS_SURFACES: list[str] = [
     "askcards.surfaces.web.WebSurface",
     "askcards.surfaces.feishu.surface.FeishuSurface",
+    "askcards.surfaces.dingtalk.surface.DingTalkSurface",
 ]
+# DingTalk HTTP card callbacks: how far x-ddpaas-signature-timestamp may be from now (seconds).
+ASKCARDS_DINGTALK_CALLBACK_SKEW_SECONDS = envint("ASKCARDS_DINGTALK_CALLBACK_SKEW_SECONDS", 3600)
 
 LOGGING = {
     "version": 1,

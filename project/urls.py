@@ -12,6 +12,7 @@ urlpatterns = [
     path("login/", views.login, name="login"),
     path("logout/", views.logout, name="logout"),
     path("callbacks/feishu/<str:app_id>/", callbacks.feishu_callback, name="feishu-callback"),
+    path("callbacks/dingtalk/<str:client_id>/", callbacks.dingtalk_callback, name="dingtalk-callback"),
     path("admin/", admin.site.urls),
     path("api/v1/", include("askcards.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),

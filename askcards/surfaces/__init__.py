@@ -99,3 +99,16 @@ def run_hook(hook: str, ask: Ask) -> None:
             getattr(surface, hook)(ask)
         except Exception:
             logger.exception("surface %s.%s failed for ask %s", surface.name, hook, ask.id)
+
+
+def result_undeliverable(ask: Ask) -> None:
+    """The ask's result could never be delivered to its agent: surfaces that can say so on the
+    card (``result_undeliverable``, optional) do."""
+    for surface in by_name(ask.surfaces):
+        hook = getattr(surface, "result_undeliverable", None)
+        if hook is None:
+            continue
+        try:
+            hook(ask)
+        except Exception:
+            logger.exception("surface %s.result_undeliverable failed for ask %s", surface.name, ask.id)

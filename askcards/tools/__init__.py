@@ -10,7 +10,7 @@ from typing import Any, Protocol
 
 import jsonschema
 
-from . import ask_user_questions
+from . import ask_user_questions, dingtalk_ask_user_question
 
 ERROR_TEXTS = {
     # reason -> what the model reads in tool_result["error"]
@@ -56,14 +56,16 @@ class Tool(Protocol):
     def answers_result(self, questions: list[dict[str, Any]], answers: list[dict[str, Any]]) -> dict[str, Any]: ...
 
 
-REGISTRY: dict[str, Tool] = {ask_user_questions.TOOL.name: ask_user_questions.TOOL}
+REGISTRY: dict[str, Tool] = {
+    ask_user_questions.TOOL.name: ask_user_questions.TOOL,
+    dingtalk_ask_user_question.TOOL.name: dingtalk_ask_user_question.TOOL,
+}
 
 # Which tools a session of each platform may expose (SPEC §4). Sub-agent sessions get none.
 PLATFORM_TOOLS: dict[str, tuple[str, ...]] = {
     "feishu": ("ask_user_questions",),
     "web": ("ask_user_questions",),
-    # dingtalk_ask_user_question arrives with the DingTalk surface (its own module in this package).
-    "dingtalk": (),
+    "dingtalk": ("dingtalk_ask_user_question",),
     "wechat": (),
 }
 

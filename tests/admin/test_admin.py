@@ -5,6 +5,7 @@ import re
 from datetime import timedelta
 
 import pytest
+from django.contrib.admin.utils import quote
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
@@ -20,7 +21,8 @@ WEBHOOK_SECRET_PATTERN = re.compile(r"whsec_[A-Za-z0-9+/=]{44}")
 
 
 def admin_url(model: str, view: str, *args) -> str:
-    return reverse(f"admin:askcards_{model}_{view}", args=args)
+    # Quoted as the admin quotes object ids: unquoted, an id like q_22… reads as q_"…
+    return reverse(f"admin:askcards_{model}_{view}", args=[quote(arg) for arg in args])
 
 
 def new_ask(agent, session) -> Ask:
