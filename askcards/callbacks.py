@@ -28,13 +28,26 @@ from askcards.surfaces.feishu import surface as feishu
 logger = logging.getLogger(__name__)
 
 
-@csrf_exempt
-@require_POST
-async def feishu_callback(request, app_id: str):
-    # The work runs on the shared thread pool (connections kept per thread), not on a thread
-    # started for this one request: a click costs what its queries and crypto cost.
-    status, body = await in_pool(feishu_handle, app_id, request.headers, request.body)
-    return JsonResponse(body, status=status)
+def _view(handle):
+    """The Django view of a callback handler ``handle(ref, headers, raw_body) -> (status, body)``.
+
+    The work runs on the shared thread pool (connections kept per thread), not on a thread
+    started for this one request."""
+
+    @csrf_exempt
+    @require_POST
+    async def view(request, **kwargs):
+        (ref,) = kwargs.values()  # the app id / client id in the URL
+        status, body = await in_pool(handle, ref, request.headers, request.body)
+        return JsonResponse(body, status=status)
+
+    return view
+
+
+def _header(headers, name: str) -> str | None:
+    """A request header, whatever case the transport gave its name."""
+    name = name.lower()
+    return next((value for key, value in headers.items() if key.lower() == name), None)
 
 
 MAX_CALLBACK_BYTES = 1024 * 1024  # Feishu callbacks are a few KB
@@ -68,8 +81,8 @@ class CallbackApp:
             if not message.get("more_body"):
                 break
         headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]}
-        app_id = scope["url_route"]["kwargs"]["app_id"]
-        status, body = await in_pool(self.handle, app_id, headers, b"".join(chunks))
+        (ref,) = scope["url_route"]["kwargs"].values()  # the app id / client id in the URL
+        status, body = await in_pool(self.handle, ref, headers, b"".join(chunks))
         await _send_json(send, status, body)
 
 
@@ -172,9 +185,7 @@ def _progress_cancel(bot: Bot, action) -> tuple[str, str, ProgressCard | None]:
 # ------------------------------------------------------------------------------------ DingTalk
 
 
-@csrf_exempt
-@require_POST
-def dingtalk_callback(request, client_id: str):
+def dingtalk_handle(client_id: str, headers, raw_body: bytes) -> tuple[int, dict]:
     """HTTP card callbacks of a DingTalk app (SPEC §6.2): signature, then the shared handler.
 
     DingTalk signs the timestamp, not the body (platform §1.4), so a bot without an api_secret
@@ -182,23 +193,23 @@ def dingtalk_callback(request, client_id: str):
     """
     bot = Bot.objects.filter(platform=Bot.Platform.DINGTALK, app_id=client_id, is_active=True).first()
     if bot is None:
-        return JsonResponse({"error": "unknown app"}, status=404)
+        return 404, {"error": "unknown app"}
     if not bot.api_secret:
         logger.warning("dingtalk callback for app %s refused: the bot has no api_secret", client_id)
-        return JsonResponse({"error": "this app has no api_secret; HTTP callbacks cannot be verified"}, status=401)
+        return 401, {"error": "this app has no api_secret; HTTP callbacks cannot be verified"}
     if not dingtalk_callbacks.verify_signature(
-        request.headers.get(dingtalk_callbacks.TIMESTAMP_HEADER),
-        request.headers.get(dingtalk_callbacks.SIGNATURE_HEADER),
+        _header(headers, dingtalk_callbacks.TIMESTAMP_HEADER),
+        _header(headers, dingtalk_callbacks.SIGNATURE_HEADER),
         bot.api_secret,
         max_skew=settings.ASKCARDS_DINGTALK_CALLBACK_SKEW_SECONDS,
     ):
         logger.warning("dingtalk callback for app %s rejected: missing, wrong or stale signature", client_id)
-        return JsonResponse({"error": "missing, wrong or stale x-ddpaas-signature"}, status=401)
+        return 401, {"error": "missing, wrong or stale x-ddpaas-signature"}
     try:
-        return JsonResponse(dingtalk_card_callback(bot, request.body))
+        return 200, dingtalk_card_callback(bot, raw_body)
     except dingtalk_callbacks.MalformedCallback as exc:
         logger.warning("dingtalk callback for app %s malformed: %s", client_id, exc)
-        return JsonResponse({"error": str(exc)}, status=400)
+        return 400, {"error": str(exc)}
 
 
 def dingtalk_card_callback(bot: Bot, payload) -> dict:
@@ -214,3 +225,7 @@ def dingtalk_card_callback(bot: Bot, payload) -> dict:
         return {}
     outcome = services.dingtalk_click(ask=ask, user_id=click.user_id, action=click.action, form=click.form)
     return dingtalk.callback_response(outcome)
+
+
+feishu_callback = _view(feishu_handle)
+dingtalk_callback = _view(dingtalk_handle)

@@ -17,10 +17,11 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 from askcards.api.longpoll import LongPollApp  # noqa: E402
 from askcards.consumers import PanelConsumer  # noqa: E402
 from askcards.api.urls import LONG_POLL_VIEWS  # noqa: E402
-from askcards.callbacks import CallbackApp, feishu_handle  # noqa: E402
+from askcards.callbacks import CallbackApp, dingtalk_handle, feishu_handle  # noqa: E402
 
 http_routes = [path(f"api/v1/{route}", LongPollApp(view.as_view())) for route, view in LONG_POLL_VIEWS.items()]
 http_routes.append(path("callbacks/feishu/<str:app_id>/", CallbackApp(feishu_handle)))
+http_routes.append(path("callbacks/dingtalk/<str:client_id>/", CallbackApp(dingtalk_handle)))
 http_routes.append(re_path(r"^", django_asgi_app))  # everything else: Django
 
 websocket_routes = [path("ws/panel/", PanelConsumer.as_asgi())]
