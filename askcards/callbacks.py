@@ -94,7 +94,7 @@ async def _send_json(send, status: int, body: dict, extra_headers=()) -> None:
 
 
 def feishu_handle(app_id: str, headers, raw_body: bytes) -> tuple[int, dict]:
-    bot = Bot.objects.filter(platform=Bot.Platform.FEISHU, app_id=app_id, is_active=True).first()
+    bot = _one(Bot.objects.filter(platform=Bot.Platform.FEISHU, app_id=app_id, is_active=True))
     if bot is None:
         return 404, {"error": "unknown app"}
     try:
@@ -128,24 +128,32 @@ def feishu_handle(app_id: str, headers, raw_body: bytes) -> tuple[int, dict]:
     return 200, feishu_cards.callback_response(toast_type, text, feishu.render(card).card if card is not None else None)
 
 
-def _clicked_card(bot: Bot, action) -> ProgressCard | None:
-    """The card the click came from: by its message, else the session's latest card."""
-    message = (
-        CardMessage.objects.select_related("progress_card__session")
-        .filter(platform=Bot.Platform.FEISHU, bot=bot, message_id=action.message_id, progress_card__isnull=False)
-        .first()
-        if action.message_id
-        else None
-    )
-    if message is not None:
-        return message.progress_card
-    card = ProgressCard.objects.select_related("session").filter(session_id=action.session_id, session__bot=bot).order_by("-id").first()
+def _one(queryset):
+    """The row a unique lookup finds, or None: a plain LIMIT 1, without ``first()``'s ORDER BY."""
+    return next(iter(queryset[:1]), None)
+
+
+def _clicked_card(bot: Bot, action, session=None) -> ProgressCard | None:
+    """The card the click came from: by its message, else the session's latest card.
+    ``session``, when the caller has it loaded, saves reading it again for the render."""
+    cards = ProgressCard.objects if session is not None else ProgressCard.objects.select_related("session")
+    card = None
+    if action.message_id:
+        card = _one(cards.filter(
+            card_messages__platform=Bot.Platform.FEISHU, card_messages__bot=bot, card_messages__message_id=action.message_id
+        ))
+    if card is None:
+        card = cards.filter(session_id=action.session_id, session__bot=bot).order_by("-id").first()
+    if card is not None and session is not None:
+        if card.session_id != session.id:
+            return _clicked_card(bot, action)  # a forged mix of ids: read the card's own session
+        card.session = session
     return card
 
 
 def _ask_submit(bot: Bot, action) -> tuple[str, str, ProgressCard | None]:
-    card = _clicked_card(bot, action)
-    ask = Ask.objects.select_related("session", "agent").filter(pk=action.ask_id, session__bot=bot).first()
+    ask = _one(Ask.objects.select_related("session", "agent").filter(pk=action.ask_id, session__bot=bot))
+    card = _clicked_card(bot, action, ask.session if ask is not None else None)
     if ask is None:
         return "info", feishu_cards.TOAST_STALE, card
 
@@ -191,7 +199,7 @@ def dingtalk_handle(client_id: str, headers, raw_body: bytes) -> tuple[int, dict
     DingTalk signs the timestamp, not the body (platform §1.4), so a bot without an api_secret
     accepts nothing here (register the route with one: ``askcards_dingtalk_register``).
     """
-    bot = Bot.objects.filter(platform=Bot.Platform.DINGTALK, app_id=client_id, is_active=True).first()
+    bot = _one(Bot.objects.filter(platform=Bot.Platform.DINGTALK, app_id=client_id, is_active=True))
     if bot is None:
         return 404, {"error": "unknown app"}
     if not bot.api_secret:
