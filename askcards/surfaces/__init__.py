@@ -84,6 +84,36 @@ def sync_due(now) -> int:
     return done
 
 
+def due_card_messages(now, *, platform: str, limit: int, **kind) -> list[int]:
+    """Ids of a platform's card messages whose desired version is ahead of what was pushed and
+    whose ``next_sync_at`` (pacing, backoff or another worker's claim) has come, oldest first."""
+    from django.db.models import F, Q
+
+    from askcards.models import CardMessage
+
+    due = (
+        CardMessage.objects.filter(platform=platform, version__gt=F("synced_version"), **kind)
+        .filter(Q(next_sync_at__isnull=True) | Q(next_sync_at__lte=now))
+        .order_by("next_sync_at", "id")
+        .values_list("pk", flat=True)
+    )
+    return list(due[:limit])
+
+
+def claim_card_message(pk: int, now, hold) -> bool:
+    """Take one due card message for ``hold`` (a timedelta): the one conditional UPDATE that keeps
+    a message's pushes one at a time across workers. False when it is not due or already held."""
+    from django.db.models import F, Q
+
+    from askcards.models import CardMessage
+
+    return bool(
+        CardMessage.objects.filter(pk=pk, version__gt=F("synced_version"))
+        .filter(Q(next_sync_at__isnull=True) | Q(next_sync_at__lte=now))
+        .update(next_sync_at=now + hold)
+    )
+
+
 def mark_changed(ask: Ask) -> None:
     """Inside the transition's transaction: let the ask's surfaces mark what must be re-rendered."""
     for surface in by_name(ask.surfaces):

@@ -14,6 +14,26 @@ def empty_token_cache():
     cache.clear()
 
 
+@pytest.fixture(autouse=True)
+def dingtalk_surface(settings):
+    """DingTalk tests run with the DingTalk surface alone (not the recording stand-in)."""
+    settings.ASKCARDS_SURFACES = ["askcards.surfaces.dingtalk.surface.DingTalkSurface"]
+
+
+@pytest.fixture
+def bot(fake):
+    from tests.dingtalk.integration import make_bot
+
+    return make_bot(fake)
+
+
+@pytest.fixture
+def session(agent, bot):
+    from tests.dingtalk.integration import make_session
+
+    return make_session(agent, bot)
+
+
 @pytest.fixture
 def fake():
     with FakeDingTalk() as server:

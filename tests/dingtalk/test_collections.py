@@ -14,27 +14,12 @@ from askcards.models import Ask, OutboxEvent, Respondent
 from askcards.tools import dingtalk_ask_user_question as dt
 
 from .integration import (
-    FIELDS, QUESTIONS, click, create, make_bot, make_session, private_view, public_view, sync_cards,
+    FIELDS, QUESTIONS, click, create, private_view, public_view, sync_cards,
 )
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 GROUP = {"type": "group", "id": "cid_team", "respondentUserIds": ["Staff_B", "staff_c", "staff_d"]}
-
-
-@pytest.fixture(autouse=True)
-def dingtalk_surface(settings):
-    settings.ASKCARDS_SURFACES = ["askcards.surfaces.dingtalk.surface.DingTalkSurface"]
-
-
-@pytest.fixture
-def bot(fake):
-    return make_bot(fake)
-
-
-@pytest.fixture
-def session(agent, bot):
-    return make_session(agent, bot)
 
 
 @pytest.fixture

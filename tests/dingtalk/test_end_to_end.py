@@ -25,11 +25,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 TIMEOUT = 10
 
 
-@pytest.fixture(autouse=True)
-def dingtalk_surface(settings):
-    settings.ASKCARDS_SURFACES = ["askcards.surfaces.dingtalk.surface.DingTalkSurface"]
-
-
 @pytest.fixture
 def world(live_server, fake, agent_and_key):
     bot = make_bot(fake, callback_mode="http")

@@ -8,25 +8,10 @@ from askcards.models import Ask, AskEvent, OutboxEvent
 from askcards.tools import dingtalk_ask_user_question as dt
 
 from .integration import (
-    QUESTIONS, click, create, make_bot, make_session, out_track_id, private_view, public_view, sync_cards,
+    QUESTIONS, click, create, out_track_id, private_view, public_view, sync_cards,
 )
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture(autouse=True)
-def dingtalk_surface(settings):
-    settings.ASKCARDS_SURFACES = ["askcards.surfaces.dingtalk.surface.DingTalkSurface"]
-
-
-@pytest.fixture
-def bot(fake):
-    return make_bot(fake)
-
-
-@pytest.fixture
-def session(agent, bot):
-    return make_session(agent, bot)
 
 
 def test_create_delivers_a_pending_card_and_returns_the_reference_result(agent, session, fake):

@@ -19,21 +19,6 @@ from .integration import QUESTIONS, click, create, make_bot, make_session, priva
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.fixture(autouse=True)
-def dingtalk_surface(settings):
-    settings.ASKCARDS_SURFACES = ["askcards.surfaces.dingtalk.surface.DingTalkSurface"]
-
-
-@pytest.fixture
-def bot(fake):
-    return make_bot(fake)
-
-
-@pytest.fixture
-def session(agent, bot):
-    return make_session(agent, bot)
-
-
 def card_desc(fake, details) -> str:
     sync_cards()
     return fake.card_params(details["outTrackId"])["question_desc"]

@@ -21,11 +21,6 @@ from .integration import QUESTIONS, create, make_bot, make_session, out_track_id
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.fixture(autouse=True)
-def dingtalk_surface(settings):
-    settings.ASKCARDS_SURFACES = ["askcards.surfaces.dingtalk.surface.DingTalkSurface"]
-
-
 @pytest.fixture
 def gateway(fake):
     with FakeStreamGateway(fake) as server:

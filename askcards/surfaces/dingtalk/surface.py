@@ -22,10 +22,11 @@ import logging
 from datetime import timedelta
 from typing import Any
 
-from django.db.models import F, Q
+from django.db.models import F
 from django.utils import timezone
 
 from askcards.models import Ask, Bot, CardMessage, Respondent, Session, new_out_track_id
+from askcards import surfaces
 from askcards.surfaces import DeliveryFailed
 from askcards.tools import dingtalk_ask_user_question as dt
 
@@ -184,15 +185,8 @@ class DingTalkSurface:
             )
 
     def sync_due(self, now) -> int:
-        due = (
-            CardMessage.objects.filter(
-                platform=Bot.Platform.DINGTALK, ask__isnull=False, version__gt=F("synced_version")
-            )
-            .filter(Q(next_sync_at__isnull=True) | Q(next_sync_at__lte=now))
-            .order_by("next_sync_at", "id")
-            .values_list("pk", flat=True)[:BATCH]
-        )
-        return sum(sync_message(pk, now=now) for pk in list(due))
+        due = surfaces.due_card_messages(now, platform=Bot.Platform.DINGTALK, limit=BATCH, ask__isnull=False)
+        return sum(sync_message(pk, now=now) for pk in due)
 
 
 def touch(ask: Ask) -> None:
@@ -202,12 +196,7 @@ def touch(ask: Ask) -> None:
 def sync_message(pk: int, *, now=None) -> bool:
     """PUT one card's changed variables if it is due and no other worker holds it; True if claimed."""
     now = now or timezone.now()
-    claimed = (
-        CardMessage.objects.filter(pk=pk, version__gt=F("synced_version"))
-        .filter(Q(next_sync_at__isnull=True) | Q(next_sync_at__lte=now))
-        .update(next_sync_at=now + CLAIM)
-    )
-    if not claimed:
+    if not surfaces.claim_card_message(pk, now, CLAIM):
         return False
     message = CardMessage.objects.select_related("bot", "ask__session").get(pk=pk)
     version = message.version  # read before computing: what is sent is at least this new

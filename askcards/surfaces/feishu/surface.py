@@ -20,9 +20,10 @@ import threading
 from datetime import timedelta
 
 from django.conf import settings
-from django.db.models import F, Q, Subquery
+from django.db.models import F, Subquery
 from django.utils import timezone
 
+from askcards import surfaces
 from askcards.models import Ask, Bot, CardMessage, ProgressCard, Session
 
 from .cards import PendingAsk, ProgressView, RenderedCard, render_progress_card
@@ -122,24 +123,14 @@ class FeishuSurface:
         """Marked in the transition's transaction; the worker's card sync PATCHes it."""
 
     def sync_due(self, now) -> int:
-        due = (
-            CardMessage.objects.filter(platform=Bot.Platform.FEISHU, progress_card__isnull=False, version__gt=F("synced_version"))
-            .filter(Q(next_sync_at__isnull=True) | Q(next_sync_at__lte=now))
-            .order_by("next_sync_at", "id")
-            .values_list("pk", flat=True)[:BATCH]
-        )
-        return sum(sync_message(pk, now=now) for pk in list(due))
+        due = surfaces.due_card_messages(now, platform=Bot.Platform.FEISHU, limit=BATCH, progress_card__isnull=False)
+        return sum(sync_message(pk, now=now) for pk in due)
 
 
 def sync_message(pk: int, *, now=None) -> bool:
     """Push one card message if it is due and no other worker holds it; True if this call pushed."""
     now = now or timezone.now()
-    claimed = (
-        CardMessage.objects.filter(pk=pk, version__gt=F("synced_version"))
-        .filter(Q(next_sync_at__isnull=True) | Q(next_sync_at__lte=now))
-        .update(next_sync_at=now + CLAIM)
-    )
-    if not claimed:
+    if not surfaces.claim_card_message(pk, now, CLAIM):
         return False
     message = CardMessage.objects.select_related("bot", "progress_card__session").get(pk=pk)
     version = message.version  # read before rendering: the render is at least this new
