@@ -415,7 +415,19 @@ def callback_receipts_purge(*, now=None) -> int:
 
 
 def _cancel_session_asks(session: Session, *, actor: str) -> int:
-    asks = Ask.objects.filter(session=session, status__in=Ask.OPEN).select_related("session", "agent")
+    # Callers hold one transaction for all the asks. Closing the first takes the agent row's lock
+    # (outbox.append) until commit, while a callback answering a later ask holds that ask's row and
+    # waits for the agent row: locking the asks one by one as they closed deadlocked on PostgreSQL
+    # (found by tests/scale/test_platform_races.py, the card's cancel button racing submits). So
+    # every open ask is locked first, in id order, before the first close takes the agent row (the
+    # progress card row the callers lock earlier is one no answer touches); asks answered meanwhile
+    # drop out. SQLite ignores the lock: its IMMEDIATE transactions already serialise writers.
+    asks = list(
+        Ask.objects.filter(session=session, status__in=Ask.OPEN)
+        .select_related("session", "agent")
+        .order_by("pk")
+        .select_for_update(of=("self",))
+    )
     return sum(ask_cancel(ask=ask, reason=Ask.Reason.SESSION_CANCELLED, actor=actor) for ask in asks)
 
 
