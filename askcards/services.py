@@ -274,8 +274,9 @@ def ask_answer(
         # A DingTalk form has its own answer shape and lifecycle (dingtalk_click), only on its card.
         return AnswerOutcome(False, ask, "invalid: this ask is answered on its DingTalk card")
     actor = f"respondent:{respondent_id or ask.sender_id}"
-    respondent = ask.respondents.first()
-    if respondent_id is not None and (respondent is None or respondent.respondent_key != respondent_id.casefold()):
+    # An ask_user_questions ask has one respondent, its owner (tool_call keys it by sender_id).
+    owner_key = ask.sender_id.casefold()
+    if respondent_id is not None and respondent_id.casefold() != owner_key:
         _audit_ignored(ask, "not_respondent", actor, surface)
         return AnswerOutcome(False, ask, "not_respondent")
     try:
@@ -293,7 +294,7 @@ def ask_answer(
         actor,
         surface=surface,
         result=result,
-        respondent=(respondent, Respondent.Status.SUBMITTED, normalised),
+        respondent=(owner_key, Respondent.Status.SUBMITTED, normalised),
     )
     if not won:
         return AnswerOutcome(False, ask, "not_pending")
@@ -557,7 +558,7 @@ def _close(
     *,
     surface: str = "",
     result: dict[str, Any] | None = None,
-    respondent: tuple[Respondent | None, str, Any] | None = None,
+    respondent: tuple[str, str, Any] | None = None,
     detail: dict[str, Any] | None = None,
     now=None,
 ) -> bool:
@@ -584,9 +585,9 @@ def _close(
             _audit_ignored(ask, f"{status}/{reason}", actor, surface, current=None if len(expected) == 1 else from_status)
             return False
         ask.status, ask.reason, ask.closed_at, ask.result = status, reason, now, result
-        if respondent is not None and respondent[0] is not None:
-            row, row_status, answers = respondent
-            Respondent.objects.filter(pk=row.pk, status=Respondent.Status.PENDING).update(
+        if respondent is not None:
+            key, row_status, answers = respondent  # the respondent_key of the person who answered
+            Respondent.objects.filter(ask_id=ask.pk, respondent_key=key, status=Respondent.Status.PENDING).update(
                 status=row_status, answers=answers, answered_at=now, surface=surface
             )
         if ask.target_type != Ask.Target.NONE:
@@ -975,7 +976,7 @@ def dingtalk_click(*, ask: Ask, user_id: str, action: str, form: dict[str, Any])
         reason = reasons.get(row_status, Ask.Reason.SUBMITTED)
         status = Ask.Status.CANCELLED if action == "cancel" else Ask.Status.ANSWERED
         won = _close(ask, (Ask.Status.PENDING,), status, reason, actor, surface=DINGTALK_SURFACE,
-                     respondent=(clicker, row_status, answers),
+                     respondent=(clicker.respondent_key, row_status, answers),
                      result=_dingtalk_click_result(ask, reason, clicker, row_status, answers))
         return _click_outcome(ask, clicker, row_status, answers, won)
 
