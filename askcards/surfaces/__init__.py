@@ -100,15 +100,16 @@ def due_card_messages(now, *, platform: str, limit: int, **kind) -> list[int]:
     return list(due[:limit])
 
 
-def claim_card_message(pk: int, now, hold) -> bool:
+def claim_card_message(pk: int, now, hold, **unchanged) -> bool:
     """Take one due card message for ``hold`` (a timedelta): the one conditional UPDATE that keeps
-    a message's pushes one at a time across workers. False when it is not due or already held."""
+    a message's pushes one at a time across workers. False when it is not due or already held, or
+    when a field named in ``unchanged`` no longer has the value the caller read."""
     from django.db.models import F, Q
 
     from askcards.models import CardMessage
 
     return bool(
-        CardMessage.objects.filter(pk=pk, version__gt=F("synced_version"))
+        CardMessage.objects.filter(pk=pk, version__gt=F("synced_version"), **unchanged)
         .filter(Q(next_sync_at__isnull=True) | Q(next_sync_at__lte=now))
         .update(next_sync_at=now + hold)
     )

@@ -10,7 +10,9 @@ worker's card-sync lane then sends or PATCHes the card, rendered from the latest
 - a change during a push leaves ``version`` ahead, so one more push follows — clicker and group
   converge on the same final card;
 - failures back off (honouring Feishu's ``x-ogw-ratelimit-reset``) and retry; a card that cannot
-  be sent at all fails the asks shown nowhere else with ``delivery_failed``.
+  be sent at all fails the asks shown nowhere else with ``delivery_failed``;
+- the card JSON itself is not stored (``CardMessage.pushed`` stays empty for Feishu): it is
+  rendered again from the state whenever needed, and up to 30 KB per PATCH is not worth writing.
 """
 from __future__ import annotations
 
@@ -124,15 +126,19 @@ class FeishuSurface:
 
     def sync_due(self, now) -> int:
         due = surfaces.due_card_messages(now, platform=Bot.Platform.FEISHU, limit=BATCH, progress_card__isnull=False)
-        return sum(sync_message(pk, now=now) for pk in due)
+        rows = CardMessage.objects.select_related("bot", "progress_card__session").in_bulk(due)
+        return sum(sync_message(rows[pk], now=now) for pk in due if pk in rows)
 
 
-def sync_message(pk: int, *, now=None) -> bool:
-    """Push one card message if it is due and no other worker holds it; True if this call pushed."""
+def sync_message(message: CardMessage, *, now=None) -> bool:
+    """Push one card message (read with its bot, card and session) if it is still due and no other
+    worker holds it; True if this call pushed."""
     now = now or timezone.now()
-    if not surfaces.claim_card_message(pk, now, CLAIM):
+    # The claim also checks the message id read with the row: had another worker sent the card
+    # meanwhile, this row is stale and the next pass reads it again.
+    if not surfaces.claim_card_message(message.pk, now, CLAIM, message_id=message.message_id):
         return False
-    message = CardMessage.objects.select_related("bot", "progress_card__session").get(pk=pk)
+    pk = message.pk
     version = message.version  # read before rendering: the render is at least this new
     card = message.progress_card
     rendered = render(card)
@@ -145,7 +151,6 @@ def sync_message(pk: int, *, now=None) -> bool:
     CardMessage.objects.filter(pk=pk).update(
         message_id=message_id,
         synced_version=version,
-        pushed=rendered.card,
         next_sync_at=started + PUSH_INTERVAL,
         sync_attempts=0,
         last_error="",
