@@ -147,12 +147,7 @@ def tool_call(
         return ToolCallOutcome("failed", tools.error_result("invalid_arguments", str(exc)), None, False)
 
     owner = sender_id or session.user_id or session.web_user
-    key_limit = Respondent._meta.get_field("respondent_key").max_length
-    if len(owner.casefold()) > key_limit:
-        raise InvalidInput(
-            f"sender_id (else the session's user_id) {owner[:40]!r}… is too long: "
-            f"at most {key_limit} characters once case-folded"
-        )
+    _check_respondent_id(owner)
     now = timezone.now()
     ask = Ask(
         agent=agent,
@@ -175,29 +170,58 @@ def tool_call(
         shown_on = surfaces.reachable_surfaces(session, name)
         failure = None if shown_on else Ask.Reason.NO_SURFACE
     ask.surfaces = [surface.name for surface in shown_on]
-    try:
-        with transaction.atomic():
-            ask.save(force_insert=True)
-            Respondent.objects.create(ask=ask, respondent_id=owner, respondent_key=owner.casefold(), position=0)
-            _audit(ask, AskEvent.Kind.CREATED, "", Ask.Status.RESERVED, f"agent:{agent.name}", detail={"tool": name})
-    except IntegrityError:
-        # A concurrent retry with the same call_id won the insert: return its ask.
-        existing = Ask.objects.select_related("session").get(agent=agent, call_id=call_id)
-        return _existing_outcome(existing, session, name)
+    existing = _reserve(ask, [owner])
+    if existing is not None:
+        return existing
 
     if failure is not None:
         _close(ask, Ask.OPEN, Ask.Status.FAILED, failure, SYSTEM)
         return _outcome(ask, created=True)
 
+    if _deliver(ask, shown_on):
+        ask_activate(ask=ask)
+    return _outcome(ask, created=True)
+
+
+def _check_respondent_id(owner: str) -> None:
+    key_limit = Respondent._meta.get_field("respondent_key").max_length
+    if len(owner.casefold()) > key_limit:
+        raise InvalidInput(
+            f"sender_id (else the session's user_id) {owner[:40]!r}… is too long: "
+            f"at most {key_limit} characters once case-folded"
+        )
+
+
+def _reserve(ask: Ask, respondent_ids: list[str]) -> ToolCallOutcome | None:
+    """Insert the new ask (reserved), its respondents and its "created" audit row in one
+    transaction. When a concurrent retry with the same call_id won the insert, its outcome."""
+    try:
+        with transaction.atomic():
+            ask.save(force_insert=True)
+            Respondent.objects.bulk_create(
+                Respondent(ask=ask, respondent_id=rid, respondent_key=rid.casefold(), position=index)
+                for index, rid in enumerate(respondent_ids)
+            )
+            _audit(ask, AskEvent.Kind.CREATED, "", Ask.Status.RESERVED, f"agent:{ask.agent.name}", detail={"tool": ask.tool})
+    except IntegrityError:
+        existing = Ask.objects.select_related("session").get(agent=ask.agent, call_id=ask.call_id)
+        return _existing_outcome(existing, ask.session, ask.tool)
+    return None
+
+
+def _deliver(ask: Ask, shown_on: list[Any], failure_result=None) -> bool:
+    """Let every surface deliver the reserved ask; on the first failure the ask fails with
+    ``delivery_failed`` (``failure_result(exc)``, when given, is its result) and this is False."""
     for surface in shown_on:
         try:
             surface.deliver(ask)
         except surfaces.DeliveryFailed as exc:
             logger.warning("delivery of ask %s to %s failed: %s", ask.id, surface.name, exc)
-            _close(ask, Ask.OPEN, Ask.Status.FAILED, Ask.Reason.DELIVERY_FAILED, SYSTEM, detail={"error": str(exc)})
-            return _outcome(ask, created=True)
-    ask_activate(ask=ask)
-    return _outcome(ask, created=True)
+            result = failure_result(exc) if failure_result else None
+            _close(ask, Ask.OPEN, Ask.Status.FAILED, Ask.Reason.DELIVERY_FAILED, SYSTEM, result=result,
+                   detail={"error": str(exc)[:300]})
+            return False
+    return True
 
 
 def _reject_nul(value: Any, path: str) -> None:
@@ -783,11 +807,7 @@ def _dingtalk_create(agent: Agent, session: Session, owner: str, normalised, cal
     now = timezone.now()
     timeout = timedelta(minutes=extra["timeoutMinutes"]) if extra.get("timeoutMinutes") else DINGTALK_DEFAULT_TIMEOUT
     respondent_ids = list(target["respondentUserIds"]) if target else [owner]
-    key_limit = Respondent._meta.get_field("respondent_key").max_length
-    if len(owner.casefold()) > key_limit:
-        raise InvalidInput(
-            f"sender_id (else the session's user_id) {owner[:40]!r}… is too long: at most {key_limit} characters"
-        )
+    _check_respondent_id(owner)
     bot_id = session.bot.app_id if session.bot else ""
     ask = Ask(
         agent=agent,
@@ -808,33 +828,16 @@ def _dingtalk_create(agent: Agent, session: Session, owner: str, normalised, cal
     )
     shown_on = surfaces.reachable_surfaces(session, dingtalk_tool.NAME)
     ask.surfaces = [surface.name for surface in shown_on]
-    try:
-        with transaction.atomic():
-            ask.save(force_insert=True)
-            Respondent.objects.bulk_create(
-                Respondent(ask=ask, respondent_id=rid, respondent_key=rid.casefold(), position=index)
-                for index, rid in enumerate(respondent_ids)
-            )
-            _audit(
-                ask, AskEvent.Kind.CREATED, "", Ask.Status.RESERVED, f"agent:{agent.name}", detail={"tool": ask.tool}
-            )
-    except IntegrityError:
-        existing = Ask.objects.select_related("session").get(agent=agent, call_id=call_id)
-        return _existing_outcome(existing, session, dingtalk_tool.NAME)
+    existing = _reserve(ask, respondent_ids)
+    if existing is not None:
+        return existing
 
     if not shown_on:
         text = _dingtalk_text(dingtalk_tool.failed_details(dingtalk_tool.NO_CONTEXT_ERROR, question_id=ask.id))
         _close(ask, Ask.OPEN, Ask.Status.FAILED, Ask.Reason.NO_SURFACE, SYSTEM, result={"tool_result": text})
         return _outcome(ask, created=True)
-    for surface in shown_on:
-        try:
-            surface.deliver(ask)
-        except surfaces.DeliveryFailed as exc:
-            logger.warning("delivery of ask %s to %s failed", ask.id, surface.name)
-            text = _dingtalk_text(dingtalk_tool.failed_details(str(exc)))
-            _close(ask, Ask.OPEN, Ask.Status.FAILED, Ask.Reason.DELIVERY_FAILED, SYSTEM,
-                   result={"tool_result": text}, detail={"error": str(exc)[:300]})
-            return _outcome(ask, created=True)
+    if not _deliver(ask, shown_on, lambda exc: {"tool_result": _dingtalk_text(dingtalk_tool.failed_details(str(exc)))}):
+        return _outcome(ask, created=True)
     out_track_id = (
         CardMessage.objects.filter(ask=ask, platform=Bot.Platform.DINGTALK).values_list("message_id", flat=True).first()
         or ""

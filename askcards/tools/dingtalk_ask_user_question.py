@@ -477,24 +477,31 @@ def _values(raw: Any) -> list[str]:
     if raw is None:
         return []
     if isinstance(raw, list):
-        return [_scalar(item) for item in raw if item is not None]
+        return [as_text(item) for item in raw if item is not None]
     if isinstance(raw, dict):
         # SELECT / MULTI_SELECT send {index, value}. Without "value" the reference shows
         # "[object Object]"; the object's JSON at least keeps what was sent.
-        return _values(raw["value"]) if "value" in raw else [_scalar(raw)]
-    return [_scalar(raw)]
+        return _values(raw["value"]) if "value" in raw else [as_text(raw)]
+    return [as_text(raw)]
 
 
-def _scalar(value: Any) -> str:
+def as_text(value: Any) -> str:
+    """A JSON value as DingTalk shows it (an answer value, a card variable): strings as they are,
+    ``true``/``false``, integral numbers without ``.0``, compact JSON for objects and arrays,
+    and ``""`` for null."""
     if isinstance(value, str):
         return value
+    if value is None:
+        return ""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
     if isinstance(value, (int, float)):
         return str(value)
-    return _compact(value)
+    if isinstance(value, (dict, list, tuple)):
+        return _compact(value)
+    return str(value)
 
 
 # ==== card variables over the lifecycle (reference §4) ========================================

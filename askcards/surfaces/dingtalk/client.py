@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import logging
 import time
 from dataclasses import dataclass
@@ -18,6 +17,8 @@ from typing import Any, Callable
 
 import requests
 from django.core.cache import cache
+
+from askcards.tools.dingtalk_ask_user_question import as_text
 
 logger = logging.getLogger(__name__)
 
@@ -87,20 +88,8 @@ class CallbackRegistration:
 
 
 def card_value(value: Any) -> str:
-    """A card variable as DingTalk wants it: always a string; JSON for objects, arrays and booleans."""
-    if isinstance(value, str):
-        return value
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    if isinstance(value, (int, float)):
-        return str(value)
-    if isinstance(value, (dict, list, tuple)):
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-    return str(value)
+    """A card variable as DingTalk wants it: always a string (see ``as_text``)."""
+    return as_text(value)
 
 
 def card_param_map(values: dict[str, Any]) -> dict[str, str]:
