@@ -24,9 +24,12 @@ Surfaces are listed in ``settings.ASKCARDS_SURFACES`` (dotted paths), in the ord
 """
 from __future__ import annotations
 
+import hashlib
 import logging
+import threading
+from datetime import timedelta
 from functools import lru_cache
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from django.conf import settings
 from django.utils.module_loading import import_string
@@ -100,9 +103,34 @@ def due_card_messages(now, *, platform: str, limit: int, **kind) -> list[int]:
     return list(due[:limit])
 
 
-def claim_card_message(pk: int, now, hold, **unchanged) -> bool:
-    """Take one due card message for ``hold`` (a timedelta): the one conditional UPDATE that keeps
-    a message's pushes one at a time across workers. False when it is not due or already held, or
+_thread_clients = threading.local()
+
+
+def thread_client(bot, make: Callable[[], Any], *variant: Any) -> Any:
+    """This thread's platform client of ``bot`` (``make()`` builds it), kept so its HTTP connection
+    is reused from one push to the next; a new one once the bot's id, URL or secret change.
+    Per thread, because a ``requests.Session`` is not shared across threads."""
+    key = (bot.platform, bot.pk, bot.app_id, bot.base_url, hashlib.sha256(bot.app_secret.encode()).hexdigest(), *variant)
+    clients = getattr(_thread_clients, "by_bot", None)
+    if clients is None:
+        clients = _thread_clients.by_bot = {}
+    client = clients.get(key)
+    if client is None:
+        client = clients[key] = make()
+    return client
+
+
+# Card syncs of every platform: pushes of one message one at a time (a claim held this long, more
+# than one request's timeouts), at most 5 a second (Feishu's per-message limit; DingTalk allows
+# more), failures retried after these delays (by failures in a row).
+CARD_CLAIM = timedelta(seconds=30)
+CARD_PUSH_INTERVAL = timedelta(milliseconds=200)
+CARD_BACKOFF_SECONDS = (1, 2, 5, 10, 30, 60, 120, 300)
+
+
+def claim_card_message(pk: int, now, **unchanged) -> bool:
+    """Take one due card message for ``CARD_CLAIM``: the one conditional UPDATE that keeps a
+    message's pushes one at a time across workers. False when it is not due or already held, or
     when a field named in ``unchanged`` no longer has the value the caller read."""
     from django.db.models import F, Q
 
@@ -111,7 +139,40 @@ def claim_card_message(pk: int, now, hold, **unchanged) -> bool:
     return bool(
         CardMessage.objects.filter(pk=pk, version__gt=F("synced_version"), **unchanged)
         .filter(Q(next_sync_at__isnull=True) | Q(next_sync_at__lte=now))
-        .update(next_sync_at=now + hold)
+        .update(next_sync_at=now + CARD_CLAIM)
+    )
+
+
+def card_pushed(pk: int, *, version: int, started, **fields) -> None:
+    """The push of ``version`` begun at ``started`` succeeded: the next one may follow the interval."""
+    from askcards.models import CardMessage
+
+    CardMessage.objects.filter(pk=pk).update(
+        synced_version=version, next_sync_at=started + CARD_PUSH_INTERVAL, sync_attempts=0, last_error="", **fields
+    )
+
+
+def card_push_failed(
+    message, error: str, *, version: int, started, gave_up: bool, retry_after: float = 0, backoff: bool = True
+) -> None:
+    """A push failed. Retry after the backoff, or ``retry_after`` seconds when the platform said
+    longer (``backoff=False``: exactly ``retry_after``, a platform's fixed rate window); or, when
+    ``gave_up`` (a permanent error), count this state as synced: a later change tries again."""
+    from askcards.models import CardMessage
+
+    attempts = message.sync_attempts + 1
+    delay = retry_after
+    if backoff:
+        delay = max(retry_after, CARD_BACKOFF_SECONDS[min(attempts, len(CARD_BACKOFF_SECONDS)) - 1])
+    logger.warning(
+        "%s card %s push failed (attempt %d, %s): %s",
+        message.platform, message.pk, attempts, "giving up on this state" if gave_up else f"retry in {delay}s", error,
+    )
+    CardMessage.objects.filter(pk=message.pk).update(
+        sync_attempts=0 if gave_up else attempts,
+        last_error=error[:500],
+        next_sync_at=started + (CARD_PUSH_INTERVAL if gave_up else timedelta(seconds=delay)),
+        **({"synced_version": version} if gave_up else {}),
     )
 
 

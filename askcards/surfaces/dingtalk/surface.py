@@ -8,7 +8,7 @@ of the ask (an ending, a targeted respondent's progress, ``dispatch_failed``) bu
 (reference §4), diffs them against ``pushed`` and PUTs only the changed keys:
 
 - one PUT in flight per card: a worker claims the message by moving ``next_sync_at`` ahead;
-- at most 5 PUTs per second per card (``PUSH_INTERVAL``), well inside DingTalk's 20 QPS per app;
+- at most 5 PUTs per second per card (``surfaces.CARD_PUSH_INTERVAL``), well inside DingTalk's 20 QPS per app;
 - a change during a PUT leaves ``version`` ahead, so one more PUT follows;
 - throttles, 5xx and timeouts back off and retry; a permanent error gives up on that state.
 
@@ -19,14 +19,13 @@ Nothing here runs on a callback's critical path: the callback answers from the d
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
 from typing import Any
 
 from django.db.models import F
 from django.utils import timezone
 
-from askcards.models import Ask, Bot, CardMessage, Respondent, Session, new_out_track_id
 from askcards import surfaces
+from askcards.models import Ask, Bot, CardMessage, Respondent, Session, new_out_track_id
 from askcards.surfaces import DeliveryFailed
 from askcards.tools import dingtalk_ask_user_question as dt
 
@@ -35,9 +34,6 @@ from .client import CallbackRegistration, DeliveryError, DingTalkClient, DingTal
 logger = logging.getLogger(__name__)
 
 NAME = "dingtalk"
-PUSH_INTERVAL = timedelta(milliseconds=200)
-CLAIM = timedelta(seconds=30)  # a worker's hold on a card while it PUTs (> one request's timeout)
-BACKOFF_SECONDS = (1, 2, 5, 10, 30, 60, 120, 300)
 BATCH = 50
 
 # A private text variable of the template (README "Connecting DingTalk"): what the clicker alone
@@ -52,8 +48,12 @@ RESPONDENT_VIEW = {
 
 
 def client_for(bot: Bot, *, max_attempts: int = 1) -> DingTalkClient:
-    # One attempt per PUT: the sync lane retries through next_sync_at instead of sleeping.
-    return DingTalkClient(bot.app_id, bot.app_secret, bot.base_url, max_attempts=max_attempts)
+    """This thread's client of the bot (its HTTP connection to DingTalk is reused).
+
+    One attempt per PUT by default: the sync lane retries through next_sync_at instead of sleeping."""
+    return surfaces.thread_client(
+        bot, lambda: DingTalkClient(bot.app_id, bot.app_secret, bot.base_url, max_attempts=max_attempts), max_attempts
+    )
 
 
 def template_for(bot: Bot) -> str:
@@ -196,7 +196,7 @@ def touch(ask: Ask) -> None:
 def sync_message(pk: int, *, now=None) -> bool:
     """PUT one card's changed variables if it is due and no other worker holds it; True if claimed."""
     now = now or timezone.now()
-    if not surfaces.claim_card_message(pk, now, CLAIM):
+    if not surfaces.claim_card_message(pk, now):
         return False
     message = CardMessage.objects.select_related("bot", "ask__session").get(pk=pk)
     version = message.version  # read before computing: what is sent is at least this new
@@ -213,32 +213,17 @@ def sync_message(pk: int, *, now=None) -> bool:
         except DingTalkError as exc:
             _failed(message, exc, version, started)
             return True
-    CardMessage.objects.filter(pk=pk).update(
-        synced_version=version,
-        pushed={**message.pushed, **changed},
-        next_sync_at=started + PUSH_INTERVAL,
-        sync_attempts=0,
-        last_error="",
-    )
+    surfaces.card_pushed(pk, version=version, started=started, pushed={**message.pushed, **changed})
     if changed:
         logger.info("dingtalk card %s updated (%s)", message.message_id, ", ".join(sorted(changed)))
     return True
 
 
 def _failed(message: CardMessage, exc: DingTalkError, version: int, started) -> None:
-    attempts = message.sync_attempts + 1
-    delay = QPS_DELAY if exc.code.startswith("Forbidden.AccessDenied.Q") else BACKOFF_SECONDS[
-        min(attempts, len(BACKOFF_SECONDS)) - 1
-    ]
-    logger.warning(
-        "dingtalk card %s update failed (attempt %d, %s): %s",
-        message.message_id, attempts, "giving up on this state" if exc.permanent else f"retry in {delay}s", exc,
-    )
-    CardMessage.objects.filter(pk=message.pk).update(
-        sync_attempts=0 if exc.permanent else attempts,
-        last_error=str(exc)[:500],
-        next_sync_at=started + (PUSH_INTERVAL if exc.permanent else timedelta(seconds=delay)),
-        **({"synced_version": version} if exc.permanent else {}),
+    qps_limited = exc.code.startswith("Forbidden.AccessDenied.Q")
+    surfaces.card_push_failed(
+        message, str(exc), version=version, started=started, gave_up=exc.permanent,
+        retry_after=QPS_DELAY if qps_limited else 0, backoff=not qps_limited,
     )
 
 

@@ -6,7 +6,8 @@ message, with a desired ``version`` and the ``synced_version`` last pushed). Eve
 worker's card-sync lane then sends or PATCHes the card, rendered from the latest state at send time:
 
 - one push in flight per message: a worker claims the message by moving ``next_sync_at`` ahead;
-- at most 5 pushes per second per message: after a push ``next_sync_at`` is 200 ms later;
+- at most 5 pushes per second per message: after a push ``next_sync_at`` is 200 ms later
+  (``surfaces.CARD_PUSH_INTERVAL``; the claim, pacing and backoff are shared with DingTalk);
 - a change during a push leaves ``version`` ahead, so one more push follows — clicker and group
   converge on the same final card;
 - failures back off (honouring Feishu's ``x-ogw-ratelimit-reset``) and retry; a card that cannot
@@ -16,10 +17,7 @@ worker's card-sync lane then sends or PATCHes the card, rendered from the latest
 """
 from __future__ import annotations
 
-import hashlib
 import logging
-import threading
-from datetime import timedelta
 
 from django.conf import settings
 from django.db.models import F, Subquery
@@ -35,30 +33,17 @@ logger = logging.getLogger(__name__)
 
 NAME = "feishu"
 TOOL = "ask_user_questions"
-PUSH_INTERVAL = timedelta(milliseconds=200)  # ≤ 5 pushes per second per message (Feishu's limit)
-CLAIM = timedelta(seconds=30)  # a worker's hold on a message while it pushes (> one request's timeouts)
-BACKOFF_SECONDS = (1, 2, 5, 10, 30, 60, 120, 300)
 SEND_ATTEMPTS = 5  # a first send failing this often (or permanently) fails the card's asks
 BATCH = 50
 # A form takes at least 7 of a card's 200 elements, so no more than this many can ever show.
 MAX_FORMS = 30
 
 
-_clients = threading.local()
-
-
 def client_for(bot: Bot) -> FeishuClient:
-    """This thread's client of the bot, kept so its HTTP connection to Feishu is reused.
+    """This thread's client of the bot (its HTTP connection to Feishu is reused).
 
     One attempt per push: the sync lane retries through next_sync_at instead of sleeping."""
-    key = (bot.pk, bot.app_id, bot.base_url, hashlib.sha256(bot.app_secret.encode()).hexdigest())
-    clients = getattr(_clients, "by_bot", None)
-    if clients is None:
-        clients = _clients.by_bot = {}
-    client = clients.get(key)
-    if client is None:
-        client = clients[key] = FeishuClient(bot.app_id, bot.app_secret, bot.base_url, max_attempts=1)
-    return client
+    return surfaces.thread_client(bot, lambda: FeishuClient(bot.app_id, bot.app_secret, bot.base_url, max_attempts=1))
 
 
 def latest_card(session: Session) -> ProgressCard | None:
@@ -136,7 +121,7 @@ def sync_message(message: CardMessage, *, now=None) -> bool:
     now = now or timezone.now()
     # The claim also checks the message id read with the row: had another worker sent the card
     # meanwhile, this row is stale and the next pass reads it again.
-    if not surfaces.claim_card_message(message.pk, now, CLAIM, message_id=message.message_id):
+    if not surfaces.claim_card_message(message.pk, now, message_id=message.message_id):
         return False
     pk = message.pk
     version = message.version  # read before rendering: the render is at least this new
@@ -148,13 +133,7 @@ def sync_message(message: CardMessage, *, now=None) -> bool:
     except FeishuError as exc:
         _failed(message, card, exc, version, started)
         return True
-    CardMessage.objects.filter(pk=pk).update(
-        message_id=message_id,
-        synced_version=version,
-        next_sync_at=started + PUSH_INTERVAL,
-        sync_attempts=0,
-        last_error="",
-    )
+    surfaces.card_pushed(pk, version=version, started=started, message_id=message_id)
     return True
 
 
@@ -178,18 +157,9 @@ def _push(message: CardMessage, card: ProgressCard, rendered: RenderedCard) -> s
 def _failed(message: CardMessage, card: ProgressCard, exc: FeishuError, version: int, started) -> None:
     """Retry a transient failure later; give up on this state after a permanent one (a later
     change tries again). A first send that cannot succeed fails the asks waiting on the card."""
-    attempts = message.sync_attempts + 1
-    gave_up = exc.permanent or (not message.message_id and attempts >= SEND_ATTEMPTS)
-    delay = max(exc.retry_after or 0, BACKOFF_SECONDS[min(attempts, len(BACKOFF_SECONDS)) - 1])
-    logger.warning(
-        "feishu card %s push failed (attempt %d, %s): %s",
-        card.pk, attempts, "giving up on this state" if gave_up else f"retry in {delay}s", exc,
-    )
-    CardMessage.objects.filter(pk=message.pk).update(
-        sync_attempts=0 if gave_up else attempts,
-        last_error=str(exc)[:500],
-        next_sync_at=started + (PUSH_INTERVAL if gave_up else timedelta(seconds=delay)),
-        **({"synced_version": version} if gave_up else {}),
+    gave_up = exc.permanent or (not message.message_id and message.sync_attempts + 1 >= SEND_ATTEMPTS)
+    surfaces.card_push_failed(
+        message, str(exc), version=version, started=started, gave_up=gave_up, retry_after=exc.retry_after or 0
     )
     if gave_up and not message.message_id:
         # A transition of the asks waiting on the card: the one place a surface calls services.
