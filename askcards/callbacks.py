@@ -143,7 +143,7 @@ def _clicked_card(bot: Bot, action, session=None) -> ProgressCard | None:
             card_messages__platform=Bot.Platform.FEISHU, card_messages__bot=bot, card_messages__message_id=action.message_id
         ))
     if card is None:
-        card = cards.filter(session_id=action.session_id, session__bot=bot).order_by("-id").first()
+        card = cards.runs_of(action.session_id).filter(session__bot=bot).first()
     if card is not None and session is not None:
         if card.session_id != session.id:
             return _clicked_card(bot, action)  # a forged mix of ids: read the card's own session

@@ -148,6 +148,12 @@ class Session(models.Model):
         return self.parent_id is not None
 
 
+class ProgressCardQuerySet(models.QuerySet):
+    def runs_of(self, session_id: str) -> "ProgressCardQuerySet":
+        """The session's cards, newest run first: ``.first()`` is the live one."""
+        return self.filter(session_id=session_id).order_by("-id")
+
+
 class ProgressCard(models.Model):
     """The Feishu task card of one run of a session; the session's latest card is its live one.
 
@@ -166,6 +172,7 @@ class ProgressCard(models.Model):
     TERMINAL = ("completed", "failed", "cancelled")
 
     session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="progress_cards")
+    objects = ProgressCardQuerySet.as_manager()
     status = models.CharField(max_length=12, choices=Status.choices, default=Status.RUNNING)
     title = models.CharField(max_length=500, blank=True)
     content = models.TextField(blank=True)

@@ -356,7 +356,7 @@ def progress_put(
     if not owner and session.chat_type == Session.ChatType.GROUP:
         raise InvalidInput("a group session's progress card needs sender_id (the person whose message the task answers)")
     with transaction.atomic():
-        card = ProgressCard.objects.select_for_update().filter(session=session).order_by("-id").first()
+        card = ProgressCard.objects.select_for_update().runs_of(session.pk).first()
         if card is None or (card.status in ProgressCard.TERMINAL and status not in ProgressCard.TERMINAL):
             card = ProgressCard.objects.create(
                 session=session, status=status, title=title or "", content=content or "", sender_id=owner,
@@ -508,7 +508,7 @@ def session_recover(*, session: Session) -> int:
     invalidated = sum(ask_invalidate(ask=ask, reason=Ask.Reason.RESTART, actor=f"agent:{session.agent.name}") for ask in asks)
     # The Feishu card of the interrupted run says "任务正在恢复执行", without forms.
     with transaction.atomic():
-        card = ProgressCard.objects.select_for_update().filter(session=session).order_by("-id").first()
+        card = ProgressCard.objects.select_for_update().runs_of(session.pk).first()
         if card is not None and card.status == ProgressCard.Status.RUNNING:
             card.status = ProgressCard.Status.RECOVERING
             card.save(update_fields=["status", "updated_at"])

@@ -47,7 +47,7 @@ def client_for(bot: Bot) -> FeishuClient:
 
 
 def latest_card(session: Session) -> ProgressCard | None:
-    return ProgressCard.objects.filter(session=session).order_by("-id").first()
+    return ProgressCard.objects.runs_of(session.pk).first()
 
 
 def live_card(session: Session) -> ProgressCard | None:
@@ -100,7 +100,7 @@ class FeishuSurface:
 
     def mark(self, ask: Ask) -> None:
         """In the transition's transaction: the session's latest card needs one more render."""
-        latest = ProgressCard.objects.filter(session_id=ask.session_id).order_by("-id").values("id")[:1]
+        latest = ProgressCard.objects.runs_of(ask.session_id).values("id")[:1]
         CardMessage.objects.filter(progress_card_id=Subquery(latest)).update(version=F("version") + 1)
 
     def show(self, ask: Ask) -> None:
