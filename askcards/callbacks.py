@@ -12,6 +12,7 @@ import logging
 from django.conf import settings
 from django.db import transaction
 from django.http import JsonResponse
+from django.utils.datastructures import CaseInsensitiveMapping
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
@@ -29,7 +30,8 @@ logger = logging.getLogger(__name__)
 
 
 def _view(handle):
-    """The Django view of a callback handler ``handle(ref, headers, raw_body) -> (status, body)``.
+    """The Django view of a callback handler ``handle(ref, headers, raw_body) -> (status, body)``
+    (``headers`` a case-insensitive mapping).
 
     The work runs on the shared thread pool (connections kept per thread), not on a thread
     started for this one request."""
@@ -42,12 +44,6 @@ def _view(handle):
         return JsonResponse(body, status=status)
 
     return view
-
-
-def _header(headers, name: str) -> str | None:
-    """A request header, whatever case the transport gave its name."""
-    name = name.lower()
-    return next((value for key, value in headers.items() if key.lower() == name), None)
 
 
 MAX_CALLBACK_BYTES = 1024 * 1024  # Feishu callbacks are a few KB
@@ -80,7 +76,8 @@ class CallbackApp:
             chunks.append(chunk)
             if not message.get("more_body"):
                 break
-        headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]}
+        # Case-insensitive, like the Django view's request.headers: handlers just .get() a name.
+        headers = CaseInsensitiveMapping({name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]})
         (ref,) = scope["url_route"]["kwargs"].values()  # the app id / client id in the URL
         status, body = await in_pool(self.handle, ref, headers, b"".join(chunks))
         await _send_json(send, status, body)
@@ -206,8 +203,8 @@ def dingtalk_handle(client_id: str, headers, raw_body: bytes) -> tuple[int, dict
         logger.warning("dingtalk callback for app %s refused: the bot has no api_secret", client_id)
         return 401, {"error": "this app has no api_secret; HTTP callbacks cannot be verified"}
     if not dingtalk_callbacks.verify_signature(
-        _header(headers, dingtalk_callbacks.TIMESTAMP_HEADER),
-        _header(headers, dingtalk_callbacks.SIGNATURE_HEADER),
+        headers.get(dingtalk_callbacks.TIMESTAMP_HEADER),
+        headers.get(dingtalk_callbacks.SIGNATURE_HEADER),
         bot.api_secret,
         max_skew=settings.ASKCARDS_DINGTALK_CALLBACK_SKEW_SECONDS,
     ):
