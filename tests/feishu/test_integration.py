@@ -404,3 +404,20 @@ def test_asks_beyond_what_a_card_can_hold_are_counted_in_the_panel_note(agent, s
     assert len(rendered.shown) + len(rendered.overflow) <= MAX_FORMS
     assert f"另有 {MAX_FORMS + 5 - len(rendered.shown)} 组问题超出卡片容量" in texts(rendered.card)
     assert rendered.size <= 30 * 1024 and rendered.elements <= 200
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"status": "done"},
+        {"status": "running", "title": 5},
+        {"status": "running", "detail_url": "not a url"},
+        {"status": "running", "colour": "red"},
+        {},
+    ],
+    ids=["unknown-status", "title-not-text", "bad-url", "unknown-field", "no-status"],
+)
+def test_bad_progress_report_is_refused_and_changes_nothing(session, api, body):
+    response = api.put(f"/api/v1/sessions/{session.id}/progress", body, format="json")
+    assert response.status_code == 400 and response.json()["error"]["message"]
+    assert not ProgressCard.objects.filter(session=session).exists()
