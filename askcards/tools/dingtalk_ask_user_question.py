@@ -572,7 +572,9 @@ def card_variables(state: CardState) -> dict[str, str]:
         "form_btn_text": SUBMIT_BADGE,
         "selected_text": "",
         "selected_values": "[]",
-        "form": _compact({"fields": state.fields}),
+        # Keys sorted: the fields come back from PostgreSQL's jsonb in another key order than they
+        # were created in, and an unchanged form must compare equal to what was pushed.
+        "form": _compact({"fields": state.fields}, sort_keys=True),
     }
     if not state.reason:
         if state.targeted and state.received > 0:
@@ -749,8 +751,8 @@ def iso_time(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
 
 
-def _compact(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+def _compact(value: Any, *, sort_keys: bool = False) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=sort_keys)
 
 
 # ==== the registry's Tool ====================================================================

@@ -35,7 +35,7 @@ def test_new_card_shows_the_form_and_a_submit_badge():
         "form_btn_text": "提交",
         "selected_text": "",
         "selected_values": "[]",
-        "form": json.dumps({"fields": FIELDS}, ensure_ascii=False, separators=(",", ":")),
+        "form": json.dumps({"fields": FIELDS}, ensure_ascii=False, separators=(",", ":"), sort_keys=True),
     }
 
 

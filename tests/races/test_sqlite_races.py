@@ -40,6 +40,8 @@ def sqlite_file_database(django_db_setup, django_db_blocker, tmp_path_factory):
     rest of the session still finds it. New threads build their connection from
     ``connections.settings``, so they see the file as well.
     """
+    if connections["default"].vendor != "sqlite":
+        pytest.skip("these races are SQLite's (the embedded default); PostgreSQL's are in tests/scale")
     original_wrapper = connections["default"]
     original_settings = connections.settings["default"]
     path = tmp_path_factory.mktemp("sqlite-races") / "races.sqlite3"
