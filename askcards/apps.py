@@ -7,3 +7,4 @@ class AskcardsConfig(AppConfig):
 
     def ready(self) -> None:
         from . import checks  # noqa: F401  (registers system checks)
+        from . import selectors  # noqa: F401  (its signal receivers clear the bot cache)

@@ -16,7 +16,7 @@ from django.utils.datastructures import CaseInsensitiveMapping
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
-from askcards import services
+from askcards import selectors, services
 from askcards.db import in_pool
 from askcards.models import Ask, Bot, CardMessage, ProgressCard
 from askcards.surfaces.dingtalk import callbacks as dingtalk_callbacks
@@ -91,7 +91,7 @@ async def _send_json(send, status: int, body: dict, extra_headers=()) -> None:
 
 
 def feishu_handle(app_id: str, headers, raw_body: bytes) -> tuple[int, dict]:
-    bot = _one(Bot.objects.filter(platform=Bot.Platform.FEISHU, app_id=app_id, is_active=True))
+    bot = selectors.active_bot(platform=Bot.Platform.FEISHU, app_id=app_id)
     if bot is None:
         return 404, {"error": "unknown app"}
     try:
@@ -149,7 +149,7 @@ def _clicked_card(bot: Bot, action, session=None) -> ProgressCard | None:
 
 
 def _ask_submit(bot: Bot, action) -> tuple[str, str, ProgressCard | None]:
-    ask = _one(Ask.objects.select_related("session", "agent").filter(pk=action.ask_id, session__bot=bot))
+    ask = _one(Ask.objects.select_related("session").filter(pk=action.ask_id, session__bot=bot))
     card = _clicked_card(bot, action, ask.session if ask is not None else None)
     if ask is None:
         return "info", feishu_cards.TOAST_STALE, card
@@ -196,7 +196,7 @@ def dingtalk_handle(client_id: str, headers, raw_body: bytes) -> tuple[int, dict
     DingTalk signs the timestamp, not the body (platform §1.4), so a bot without an api_secret
     accepts nothing here (register the route with one: ``askcards_dingtalk_register``).
     """
-    bot = _one(Bot.objects.filter(platform=Bot.Platform.DINGTALK, app_id=client_id, is_active=True))
+    bot = selectors.active_bot(platform=Bot.Platform.DINGTALK, app_id=client_id)
     if bot is None:
         return 404, {"error": "unknown app"}
     if not bot.api_secret:

@@ -1,13 +1,16 @@
 """Shared reads and the public shapes of asks and events (API, events feed and webhooks agree)."""
 from __future__ import annotations
 
+import time
 from datetime import datetime
 from typing import Any
 
 from django.db.models import QuerySet
+from django.db.models.signals import post_delete, post_save
+from django.dispatch import receiver
 
 from .errors import NotFound
-from .models import Agent, Ask, OutboxEvent, ProgressCard, Session
+from .models import Agent, Ask, Bot, OutboxEvent, ProgressCard, Session
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -25,6 +28,36 @@ def session_get(*, agent: Agent, session_ref: str) -> Session:
     if session is None:
         raise NotFound(f"no session {session_ref!r} (expected a session id or key of this agent)")
     return session
+
+
+# Platform callbacks name their bot by app id, many times a second, and bots change rarely: each
+# process keeps the active bots it has read (secrets decrypted) for BOT_CACHE_SECONDS. A change
+# saved in this process (admin, askcards_bot) clears the cache at once; other processes see it
+# within BOT_CACHE_SECONDS. Unknown ids are not cached (a flood of made-up ids stays a 404 query).
+BOT_CACHE_SECONDS = 10.0
+_active_bots: dict[tuple[str, str], tuple[float, Bot]] = {}
+
+
+def active_bot(*, platform: str, app_id: str) -> Bot | None:
+    """The active bot of this platform and app id, or None. Callers must not change it."""
+    key = (platform, app_id)
+    cached = _active_bots.get(key)
+    now = time.monotonic()
+    if cached is not None and cached[0] > now:
+        return cached[1]
+    # A plain LIMIT 1, without first()'s ORDER BY: (platform, app_id) is unique.
+    bot = next(iter(Bot.objects.filter(platform=platform, app_id=app_id, is_active=True)[:1]), None)
+    if bot is None:
+        _active_bots.pop(key, None)
+    else:
+        _active_bots[key] = (now + BOT_CACHE_SECONDS, bot)
+    return bot
+
+
+@receiver(post_save, sender=Bot)
+@receiver(post_delete, sender=Bot)
+def forget_active_bots(**kwargs: Any) -> None:
+    _active_bots.clear()
 
 
 def ask_get(*, agent: Agent, ask_id: str) -> Ask:

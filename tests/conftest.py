@@ -6,7 +6,7 @@ import socket
 import pytest
 from rest_framework.test import APIClient
 
-from askcards import services
+from askcards import selectors, services
 from askcards.models import Session
 from tests.surfaces import RecordingSurface
 
@@ -50,6 +50,15 @@ def recording_surface(settings):
     RecordingSurface.reset()
     yield RecordingSurface
     RecordingSurface.reset()
+
+
+@pytest.fixture(autouse=True)
+def no_cached_bots():
+    """The per-process bot cache must not carry a bot from one test's (rolled back) database into
+    another's: rollbacks send no signals."""
+    selectors._active_bots.clear()
+    yield
+    selectors._active_bots.clear()
 
 
 @pytest.fixture

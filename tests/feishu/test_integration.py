@@ -239,6 +239,36 @@ def test_url_verification_answers_the_challenge(bot):
     assert Client().post("/callbacks/feishu/cli_unknown/", body, content_type="application/json").status_code == 404
 
 
+def test_deactivated_bot_refuses_callbacks_at_once_in_this_process(mounted):
+    ask, _ = mounted
+    bot = Bot.objects.get(pk=ask.session.bot_id)
+    blank = {"q0_0": "", "q0_1": []}
+    assert click(bot, operator="ou_alice", value=submit_value(ask), form_value=blank).status_code == 200  # bot now cached
+    bot.is_active = False
+    bot.save()  # as the admin or askcards_bot would
+    response = click(bot, operator="ou_alice", value=submit_value(ask), form_value={"q0_0": "0", "q0_1": ["0"]})
+    assert (response.status_code, response.json()) == (404, {"error": "unknown app"})
+    ask.refresh_from_db()
+    assert ask.status == "pending"
+
+
+def test_bot_changed_by_another_process_is_seen_within_the_cache_time(mounted, monkeypatch):
+    from askcards import selectors
+
+    ask, _ = mounted
+    bot = ask.session.bot
+    blank = {"q0_0": "", "q0_1": []}
+    assert click(bot, operator="ou_alice", value=submit_value(ask), form_value=blank).status_code == 200
+    Bot.objects.filter(pk=bot.pk).update(is_active=False)  # no signal: what another process's change looks like here
+    assert click(bot, operator="ou_alice", value=submit_value(ask), form_value=blank).status_code == 200
+    later = time.monotonic() + selectors.BOT_CACHE_SECONDS + 1
+    monkeypatch.setattr(selectors.time, "monotonic", lambda: later)
+    response = click(bot, operator="ou_alice", value=submit_value(ask), form_value={"q0_0": "0", "q0_1": ["0"]})
+    assert response.status_code == 404
+    ask.refresh_from_db()
+    assert ask.status == "pending"
+
+
 # ---------------------------------------------------------------------------- panel and card
 
 
