@@ -25,7 +25,7 @@ def _ask_for(username: str, ask_id: str) -> Ask | None:
 @database_sync_to_async
 def _answer(username: str, ask_id: str, answers) -> services.AnswerOutcome | None:
     """Answer one of this user's asks; None when it is not theirs (or does not exist)."""
-    ask = Ask.objects.select_related("session", "agent").filter(pk=ask_id, session__web_user=username).first()
+    ask = Ask.objects.select_related("session").filter(pk=ask_id, session__web_user=username).first()
     if ask is None:
         return None
     return services.ask_answer(ask_id=ask_id, ask=ask, answers=answers, surface="web")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import hmac
 import secrets
@@ -13,9 +14,14 @@ from django.conf import settings
 
 
 def _fernet() -> Fernet:
+    return _fernet_for(settings.SECRET_KEY)
+
+
+@functools.lru_cache(maxsize=4)
+def _fernet_for(secret_key: str) -> Fernet:
     # Derive a dedicated key so the Django SECRET_KEY itself never encrypts data directly.
     key = HKDF(algorithm=hashes.SHA256(), length=32, salt=b"askcards", info=b"secrets-at-rest").derive(
-        settings.SECRET_KEY.encode()
+        secret_key.encode()
     )
     return Fernet(base64.urlsafe_b64encode(key))
 
@@ -25,8 +31,16 @@ def encrypt(plaintext: str) -> str:
 
 
 def decrypt(token: str) -> str:
+    return _decrypt(token, settings.SECRET_KEY)
+
+
+# Bot rows are read on every callback and card push, each with several secrets: a stored token
+# decrypts to the same plaintext every time, so the last few hundred are remembered (the
+# plaintexts are in memory on the loaded rows anyway).
+@functools.lru_cache(maxsize=512)
+def _decrypt(token: str, secret_key: str) -> str:
     try:
-        return _fernet().decrypt(token.encode()).decode()
+        return _fernet_for(secret_key).decrypt(token.encode()).decode()
     except InvalidToken:
         raise ValueError(
             "stored secret cannot be decrypted: ASKCARDS_SECRET_KEY differs from the one it was saved with"

@@ -15,6 +15,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from . import crypto, events
+from .db import append_row
 from .models import Agent, Ask, OutboxEvent, Session
 from .selectors import event_data
 
@@ -32,7 +33,7 @@ def append(
     ask: Ask | None = None,
     session: Session | None = None,
     data: dict[str, Any] | None = None,
-) -> OutboxEvent:
+) -> None:
     """Add an event for the agent. Caller is inside the transition's transaction.
 
     The sequence number is bumped on the agent row, whose lock is held until commit, so events of
@@ -45,7 +46,8 @@ def append(
             [agent_id],
         )
         seq, webhook_url = cursor.fetchone()
-    event = OutboxEvent.objects.create(
+    append_row(
+        OutboxEvent,
         agent_id=agent_id,
         seq=seq,
         type=type,
@@ -55,7 +57,6 @@ def append(
         next_attempt_at=timezone.now() if webhook_url else None,
     )
     transaction.on_commit(lambda: events.wake(events.agent_group(agent_id)))
-    return event
 
 
 def acknowledge(*, agent: Agent, upto: int) -> int:

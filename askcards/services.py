@@ -20,6 +20,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from . import crypto, events, outbox, surfaces, tools
+from .db import append_row
 from .errors import InvalidInput, UnknownTool
 from .models import Agent, Ask, AskEvent, Bot, CallbackReceipt, CardMessage, OutboxEvent, ProgressCard, Respondent, Session
 from .tools import ask_user_questions
@@ -290,10 +291,10 @@ def ask_answer(
     raise nothing: they return ``accepted=False, error="invalid: …"`` so surfaces can tell the person.
     ``respondent_id`` (when given) must be the ask's owner; surfaces that authorise otherwise
     (a logged-in panel user) pass None. ``ask`` (optional) is the row the caller just read, with
-    ``session`` and ``agent`` loaded; only its id and unchanging fields are relied on.
+    ``session`` loaded; only its id and unchanging fields are relied on.
     """
     if ask is None or ask.pk != ask_id:  # a caller that just read the ask may hand it over
-        ask = Ask.objects.select_related("session", "agent").get(pk=ask_id)
+        ask = Ask.objects.select_related("session").get(pk=ask_id)
     if ask.tool == dingtalk_tool.NAME:
         # A DingTalk form has its own answer shape and lifecycle (dingtalk_click), only on its card.
         return AnswerOutcome(False, ask, "invalid: this ask is answered on its DingTalk card")
@@ -648,7 +649,8 @@ def _audit(
     surface: str = "",
     detail: dict[str, Any] | None = None,
 ) -> None:
-    AskEvent.objects.create(
+    append_row(
+        AskEvent,
         ask_id=ask.pk,
         kind=kind,
         from_status=from_status,
