@@ -153,3 +153,14 @@ def test_bot_secrets_decrypt_through_the_model():
     add_feishu()
     bot = Bot.objects.get(app_id="cli_a1")
     assert (bot.app_secret, bot.encrypt_key) == (APP_SECRET, ENCRYPT_KEY)
+
+
+def test_bot_secrets_saved_under_another_secret_key_fail_clearly(settings):
+    add_feishu()
+    assert Bot.objects.get(app_id="cli_a1").app_secret == APP_SECRET  # decrypted once, remembered per key
+    saved_with = settings.SECRET_KEY
+    settings.SECRET_KEY = "a-different-askcards-secret-key"
+    with pytest.raises(ValueError, match="ASKCARDS_SECRET_KEY differs"):
+        Bot.objects.get(app_id="cli_a1")
+    settings.SECRET_KEY = saved_with
+    assert Bot.objects.get(app_id="cli_a1").app_secret == APP_SECRET
