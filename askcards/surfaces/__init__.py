@@ -26,11 +26,13 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import threading
 from datetime import timedelta
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
+import requests
 from django.conf import settings
 from django.utils.module_loading import import_string
 
@@ -101,6 +103,21 @@ def due_card_messages(now, *, platform: str, limit: int, **kind) -> list[int]:
         .values_list("pk", flat=True)
     )
     return list(due[:limit])
+
+
+def http_session(base_url: str) -> requests.Session:
+    """The HTTP session a platform client talks to ``base_url`` with.
+
+    Proxies (``HTTPS_PROXY``/``NO_PROXY``) and a CA bundle (``REQUESTS_CA_BUNDLE``) are taken from
+    the environment once, here: requests would re-read the whole environment on every call, a fifth
+    of a card push's CPU in tests/bench."""
+    session = requests.Session()
+    session.proxies.update(requests.utils.get_environ_proxies(base_url))
+    bundle = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")
+    if bundle:
+        session.verify = bundle
+    session.trust_env = False
+    return session
 
 
 _thread_clients = threading.local()

@@ -291,3 +291,26 @@ def test_logs_never_contain_secrets_tokens_or_card_text(fake_feishu, client, cap
     assert "retry" in caplog.text  # the retry was logged ...
     for secret in (fake_feishu.app_secret, "Secret plan", *tokens):
         assert secret not in caplog.text  # ... without anything secret
+
+
+# --- HTTP session ----------------------------------------------------------------------------------
+
+
+def test_proxy_from_the_environment_is_used_unless_the_host_is_exempt(monkeypatch):
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.internal:3128")
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    through = FeishuClient("cli_x", "secret", FEISHU_BASE_URL)
+    assert through._session.proxies.get("https") == "http://proxy.internal:3128"
+    monkeypatch.setenv("NO_PROXY", "open.feishu.cn")
+    direct = FeishuClient("cli_x", "secret", FEISHU_BASE_URL)
+    assert "https" not in direct._session.proxies
+    # Read once, when the client is made: a request does not consult the environment again.
+    assert not through._session.trust_env and not direct._session.trust_env
+
+
+def test_ca_bundle_from_the_environment_is_used(monkeypatch, tmp_path):
+    bundle = tmp_path / "corporate-ca.pem"
+    bundle.write_text("not used by this test\n")
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(bundle))
+    assert FeishuClient("cli_x", "secret", FEISHU_BASE_URL)._session.verify == str(bundle)

@@ -20,6 +20,8 @@ from urllib.parse import quote
 import requests
 from django.core.cache import cache
 
+from askcards import surfaces
+
 from .cards import dumps_card
 
 logger = logging.getLogger(__name__)
@@ -106,7 +108,7 @@ class FeishuClient:
         self.max_backoff = max_backoff
         self._sleep = sleep
         self._clock = clock
-        self._session = session or requests.Session()
+        self._session = session or surfaces.http_session(self.base_url)
         digest = hashlib.sha256(f"{self.base_url}|{app_id}".encode()).hexdigest()[:32]
         self._token_key = f"askcards:feishu:tenant_token:{digest}"
 
