@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 
 from django.conf import settings
-from django.db.models import F, Subquery
+from django.db import connection
 from django.utils import timezone
 
 from askcards import surfaces
@@ -37,6 +37,11 @@ SEND_ATTEMPTS = 5  # a first send failing this often (or permanently) fails the 
 BATCH = 50
 # A form takes at least 7 of a card's 200 elements, so no more than this many can ever show.
 MAX_FORMS = 30
+# FeishuSurface.mark: one more render of the session's latest card (ProgressCard.objects.runs_of).
+MARK_SQL = (
+    f"UPDATE {CardMessage._meta.db_table} SET version = version + 1 WHERE progress_card_id = "
+    f"(SELECT id FROM {ProgressCard._meta.db_table} WHERE session_id = %s ORDER BY id DESC LIMIT 1)"
+)
 
 
 def client_for(bot: Bot) -> FeishuClient:
@@ -99,9 +104,13 @@ class FeishuSurface:
         """Nothing to send up front: the form is part of the card's next render."""
 
     def mark(self, ask: Ask) -> None:
-        """In the transition's transaction: the session's latest card needs one more render."""
-        latest = ProgressCard.objects.runs_of(ask.session_id).values("id")[:1]
-        CardMessage.objects.filter(progress_card_id=Subquery(latest)).update(version=F("version") + 1)
+        """In the transition's transaction: the session's latest card (``runs_of``'s first, the
+        highest id) needs one more render.
+
+        Written as SQL: this runs inside every answer's transaction, and the ORM built this
+        statement's subquery anew each time, a twelfth of a callback's CPU in tests/bench."""
+        with connection.cursor() as cursor:
+            cursor.execute(MARK_SQL, [ask.session_id])
 
     def show(self, ask: Ask) -> None:
         """Marked in the activation's transaction; the worker's card sync sends it."""
