@@ -646,8 +646,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="/healthz phase per client count, default 10")
     parser.add_argument("--clients", default="5,50", help="comma-separated concurrent client counts, default 5,50")
     parser.add_argument("--targets", default="sqlite,postgres", help="sqlite and/or postgres, default both")
-    parser.add_argument("--asks-per-level", type=int, default=3000,
-                        help="pending asks seeded per client count (every submit answers a new one), default 1500")
+    parser.add_argument("--asks-per-level", type=int, default=5000,
+                        help="pending asks seeded per client count (every submit answers a new one), default 5000")
     parser.add_argument("--asks", type=int, default=0, help="pending asks seeded in all (overrides --asks-per-level)")
     parser.add_argument("--asks-per-card", type=int, default=5,
                         help="pending asks per session / progress card, default 5; 0 puts them all on one card")
