@@ -171,6 +171,7 @@ class Phase:
     worker_cpu: float = 0.0
     postgres_cpu: float | None = None
     client_cpu: float = 0.0
+    stub_cpu: float = 0.0
     patches: int = 0  # card PATCHes the stub received during the phase and its drain
     drain_seconds: float = 0.0
 
@@ -448,7 +449,8 @@ async def run_phase(phase: Phase, seconds: float, request) -> None:
 
 
 async def measure(args: argparse.Namespace, result: TargetResult, base: str, stub_base: str, procs: Processes,
-                  server: subprocess.Popen, worker: subprocess.Popen | None, pool: deque[PendingSubmit]) -> None:
+                  server: subprocess.Popen, worker: subprocess.Popen | None, stub: subprocess.Popen,
+                  pool: deque[PendingSubmit]) -> None:
     await wait_until_serving(base, procs)
     pids = [server.pid] + ([worker.pid] if worker else [])
     await wait_idle(pids, 30)
@@ -474,6 +476,7 @@ async def measure(args: argparse.Namespace, result: TargetResult, base: str, stu
                 phase = Phase(name, clients)
                 patches_before = (await stub_stats(http, stub_base)).get("patch", 0)
                 cpu = [proc_cpu_seconds(pid) for pid in pids]
+                stub_cpu = proc_cpu_seconds(stub.pid)
                 own = own_cpu_seconds()
                 pg_cpu = postgres_cpu_seconds() if result.target == "postgres" else None
                 if name == "callback":
@@ -485,6 +488,7 @@ async def measure(args: argparse.Namespace, result: TargetResult, base: str, stu
                 phase.drain_seconds = await wait_idle(pids, 60)
                 phase.server_cpu = proc_cpu_seconds(server.pid) - cpu[0]
                 phase.worker_cpu = proc_cpu_seconds(worker.pid) - cpu[1] if worker else 0.0
+                phase.stub_cpu = proc_cpu_seconds(stub.pid) - stub_cpu
                 if pg_cpu is not None:
                     phase.postgres_cpu = postgres_cpu_seconds() - pg_cpu
                 phase.patches = (await stub_stats(http, stub_base)).get("patch", 0) - patches_before
@@ -568,7 +572,7 @@ def run_target(args: argparse.Namespace, target: str) -> TargetResult:
             result.note += " daphne + " + ("askcards_worker process;" if worker else "NO worker;")
         say(f"[{target}] server pid {server.pid} on {base}" + (f", worker pid {worker.pid}" if worker else ""))
         result.load_start = os.getloadavg()[0]
-        asyncio.run(asyncio.wait_for(measure(args, result, base, stub_base, procs, server, worker, pool),
+        asyncio.run(asyncio.wait_for(measure(args, result, base, stub_base, procs, server, worker, stub, pool),
                                      len(args.clients) * (args.seconds + args.healthz_seconds + 200) + 120))
         result.load_end = os.getloadavg()[0]
         return result
@@ -612,7 +616,7 @@ def print_report(args: argparse.Namespace, results: list[TargetResult]) -> None:
             f"in {r.seed_seconds:.1f} s; load average {r.load_start:.1f} at start, {r.load_end:.1f} at end")
         say(f"  {'clients':>7} {'view':<9} {'req/s':>7} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} "
             f"{'ok':>6} {'errors':>6} "
-            f"{'srv CPU':>8} {'wrk CPU':>8} {'pg CPU':>8} {'cli CPU':>8} {'PATCHes':>7}")
+            f"{'srv CPU':>8} {'wrk CPU':>8} {'pg CPU':>8} {'cli CPU':>8} {'stub CPU':>8} {'PATCHes':>7}")
         for healthz, callback in r.phases:
             for phase in (healthz, callback):
                 biggest = phase.latencies[-1] * 1000 if phase.latencies else float("nan")
@@ -621,7 +625,7 @@ def print_report(args: argparse.Namespace, results: list[TargetResult]) -> None:
                     f"{biggest:>8.1f} {phase.ok:>6} {sum(phase.errors.values()):>6} {phase.server_cpu:>7.1f}s "
                     f"{phase.worker_cpu:>7.1f}s "
                     + (f"{phase.postgres_cpu:>7.1f}s " if phase.postgres_cpu is not None else f"{'-':>8} ")
-                    + f"{phase.client_cpu:>7.1f}s {phase.patches:>7}")
+                    + f"{phase.client_cpu:>7.1f}s {phase.stub_cpu:>7.1f}s {phase.patches:>7}")
                 for example in phase.error_examples:
                     say(f"      e.g. {example}")
                 if phase.exhausted_after is not None:
