@@ -148,15 +148,32 @@ CARD_BACKOFF_SECONDS = (1, 2, 5, 10, 30, 60, 120, 300)
 def claim_card_message(pk: int, now, **unchanged) -> bool:
     """Take one due card message for ``CARD_CLAIM``: the one conditional UPDATE that keeps a
     message's pushes one at a time across workers. False when it is not due or already held, or
-    when a field named in ``unchanged`` no longer has the value the caller read."""
-    from django.db.models import F, Q
+    when a field named in ``unchanged`` no longer has the value the caller read.
+
+    Written as SQL (once per set of ``unchanged`` fields): it runs before every push, and the ORM
+    rebuilt its conditions each time, a sixth of a push's CPU in tests/bench."""
+    from django.db import connection
+
+    sql = _claim_sql(connection.vendor, tuple(unchanged))
+    adapt = connection.ops.adapt_datetimefield_value
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [adapt(now + CARD_CLAIM), pk, adapt(now), *unchanged.values()])
+        return cursor.rowcount == 1
+
+
+@lru_cache(maxsize=None)
+def _claim_sql(vendor: str, unchanged: tuple[str, ...]) -> str:
+    """The claim's statement for this database vendor and these ``unchanged`` fields."""
+    from django.db import connection
 
     from askcards.models import CardMessage
 
-    return bool(
-        CardMessage.objects.filter(pk=pk, version__gt=F("synced_version"), **unchanged)
-        .filter(Q(next_sync_at__isnull=True) | Q(next_sync_at__lte=now))
-        .update(next_sync_at=now + CARD_CLAIM)
+    quote = connection.ops.quote_name
+    columns = [CardMessage._meta.get_field(name).column for name in unchanged]
+    return (
+        f"UPDATE {quote(CardMessage._meta.db_table)} SET next_sync_at = %s WHERE id = %s"
+        " AND version > synced_version AND (next_sync_at IS NULL OR next_sync_at <= %s)"
+        + "".join(f" AND {quote(column)} = %s" for column in columns)
     )
 
 

@@ -21,6 +21,7 @@ import logging
 
 from django.conf import settings
 from django.db import connection
+from django.db.models import Prefetch, QuerySet
 from django.utils import timezone
 
 from askcards import surfaces
@@ -66,15 +67,23 @@ def panel_url() -> str:
     return f"{base.rstrip('/')}/panel/" if base else ""
 
 
-def render(card: ProgressCard) -> RenderedCard:
-    """The card as it must look now: forms for the session's pending Feishu asks while live."""
+def pending_asks() -> QuerySet[Ask]:
+    """Pending asks in registration order, with what a form needs; a card loads at most
+    ``MAX_FORMS + 1`` of a session's (one more says whether there are more than can ever fit)."""
+    return Ask.objects.filter(status=Ask.Status.PENDING).order_by("created_at", "id").only(
+        "id", "session_id", "questions", "sender_id", "surfaces"
+    )
+
+
+def render(card: ProgressCard, pending: list[Ask] | None = None) -> RenderedCard:
+    """The card as it must look now: forms for the session's pending Feishu asks while live.
+    ``pending``: the session's first ``pending_asks()``, when the caller loaded them already."""
     session = card.session
     asks, more = [], 0
     if card.is_live:
-        pending = Ask.objects.filter(session=session, status=Ask.Status.PENDING).order_by("created_at", "id")
-        rows = list(pending.only("id", "questions", "sender_id", "surfaces")[:MAX_FORMS + 1])
+        rows = pending if pending is not None else list(pending_asks().filter(session=session)[:MAX_FORMS + 1])
         if len(rows) > MAX_FORMS:  # more than could ever fit: count the rest instead of loading it
-            more = pending.count() - MAX_FORMS
+            more = pending_asks().filter(session=session).count() - MAX_FORMS
             rows = rows[:MAX_FORMS]
         asks = [PendingAsk(id=ask.id, questions=ask.questions or [], sender=ask.sender_id) for ask in rows if NAME in ask.surfaces]
     view = ProgressView(
@@ -120,13 +129,22 @@ class FeishuSurface:
 
     def sync_due(self, now) -> int:
         due = surfaces.due_card_messages(now, platform=Bot.Platform.FEISHU, limit=BATCH, progress_card__isnull=False)
-        rows = CardMessage.objects.select_related("bot", "progress_card__session").in_bulk(due)
+        # The batch's rows and their sessions' pending asks in two queries, not one per card.
+        # Read before each message's claim: if anything changed since, its version changed
+        # too, and the card is pushed once more.
+        rows = (
+            CardMessage.objects.select_related("bot", "progress_card__session")
+            .prefetch_related(
+                Prefetch("progress_card__session__asks", queryset=pending_asks()[:MAX_FORMS + 1], to_attr="pending")
+            )
+            .in_bulk(due)
+        )
         return sum(sync_message(rows[pk], now=now) for pk in due if pk in rows)
 
 
 def sync_message(message: CardMessage, *, now=None) -> bool:
-    """Push one card message (read with its bot, card and session) if it is still due and no other
-    worker holds it; True if this call pushed."""
+    """Push one card message (read with its bot, card and session, and the session's
+    ``pending`` asks) if it is still due and no other worker holds it; True if this call pushed."""
     now = now or timezone.now()
     # The claim also checks the message id read with the row: had another worker sent the card
     # meanwhile, this row is stale and the next pass reads it again.
@@ -135,7 +153,7 @@ def sync_message(message: CardMessage, *, now=None) -> bool:
     pk = message.pk
     version = message.version  # read before rendering: the render is at least this new
     card = message.progress_card
-    rendered = render(card)
+    rendered = render(card, card.session.pending)
     started = timezone.now()
     try:
         message_id = _push(message, card, rendered)
