@@ -251,8 +251,10 @@ class Ask(models.Model):
     }
 
     id = models.CharField(primary_key=True, max_length=34, default=new_ask_id, editable=False)
-    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="asks")
-    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="asks")
+    # No single-column indexes: ask_agent_created_idx and ask_session_status_idx lead with these
+    # (every index is one more write on each answer's UPDATE).
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="asks", db_index=False)
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="asks", db_index=False)
     tool = models.CharField(max_length=64)
     call_id = models.CharField(max_length=200, null=True, blank=True)
     sender_id = models.CharField(max_length=200, blank=True)
@@ -342,7 +344,8 @@ class Respondent(models.Model):
         CANCELLED = "cancelled"
         MISSING = "missing"
 
-    ask = models.ForeignKey(Ask, on_delete=models.CASCADE, related_name="respondents")
+    # No index of its own: respondent_one_per_person leads with it.
+    ask = models.ForeignKey(Ask, on_delete=models.CASCADE, related_name="respondents", db_index=False)
     respondent_id = models.CharField(max_length=256, help_text="As given (case kept)")
     # Case-folded id: matching is case-insensitive (DingTalk reference §2.4).
     respondent_key = models.CharField(max_length=256, editable=False)
@@ -416,7 +419,8 @@ class AskEvent(models.Model):
         DELIVERED = "delivered"
         PURGED = "purged"
 
-    ask = models.ForeignKey(Ask, on_delete=models.CASCADE, related_name="events")
+    # No index of its own: ask_event_ask_idx leads with it.
+    ask = models.ForeignKey(Ask, on_delete=models.CASCADE, related_name="events", db_index=False)
     kind = models.CharField(max_length=12, choices=Kind.choices)
     from_status = models.CharField(max_length=12, blank=True)
     to_status = models.CharField(max_length=12, blank=True)
@@ -438,7 +442,8 @@ class OutboxEvent(models.Model):
         ASK_PROGRESS = "ask.progress"
         SESSION_CANCEL_REQUESTED = "session.cancel_requested"
 
-    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="outbox")
+    # No index of its own: outbox_agent_seq_unique leads with it.
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="outbox", db_index=False)
     seq = models.BigIntegerField()
     type = models.CharField(max_length=40, choices=Type.choices)
     ask = models.ForeignKey(Ask, null=True, blank=True, on_delete=models.CASCADE, related_name="outbox_events")
