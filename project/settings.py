@@ -138,7 +138,7 @@ if DATABASE_URL:
     if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and DB_PREPARE:
         # Parameters bound by the server, and statements a connection has run 5 times prepared:
         # PostgreSQL parses and plans the hot paths' statements (a click's ten) once per pooled
-        # connection instead of on every request (a quarter of its CPU per click in tests/bench).
+        # connection instead of on every request.
         DATABASES["default"]["OPTIONS"].update(server_side_binding=True, prepare_threshold=5)
 else:
     DATA_DIR.mkdir(parents=True, exist_ok=True)
