@@ -621,13 +621,16 @@ def _close(
                 status=Respondent.Status.MISSING
             )
         _audit(ask, AskEvent.Kind.CLOSED, from_status, status, actor, surface, {"reason": reason, **(detail or {})})
+        surfaces.mark_changed(ask)
+        # Last: the event's sequence number locks the agent's row until commit, and every answer
+        # to any of the agent's asks waits for that lock (seen in tests/bench as transactions
+        # queueing on it while their threads waited for the GIL between statements).
         outbox.append(
             agent_id=ask.agent_id,
             type=OutboxEvent.Type.ASK_CLOSED,
             ask=ask,
             data={"status": status, "reason": reason},
         )
-        surfaces.mark_changed(ask)
         transaction.on_commit(partial(_after_change, ask, "withdraw"))
     logger.info("ask %s %s→%s (%s) by %s via %s", ask.id, from_status, status, reason, actor.split(":")[0], surface or "-")
     return True
