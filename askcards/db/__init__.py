@@ -2,6 +2,7 @@
 transitions' hot path."""
 from __future__ import annotations
 
+import functools
 from typing import Any, Awaitable, Callable
 
 from asgiref.sync import sync_to_async
@@ -25,28 +26,35 @@ def in_pool(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Awaitable[Any]
     return sync_to_async(call, thread_sensitive=False)()
 
 
-_insert_sql: dict[tuple[type[models.Model], str], tuple[str, list[models.Field]]] = {}
+def row_values(model: type[models.Model], connection, **values: Any) -> tuple[list[str], list[Any]]:
+    """The columns and database values of one new row of ``model`` (every concrete field but the
+    primary key): what ``Model.objects.create(**values)`` would store, defaults and each field's
+    conversion included, for an INSERT written out on a hot path."""
+    row = model(**values)  # the fields' defaults, as create() would fill them
+    fields = _insert_fields(model)
+    return [field.column for field in fields], [field.get_db_prep_save(field.pre_save(row, True), connection) for field in fields]
+
+
+@functools.lru_cache(maxsize=None)
+def _insert_fields(model: type[models.Model]) -> list[models.Field]:
+    return [field for field in model._meta.concrete_fields if not field.primary_key]
 
 
 def append_row(model: type[models.Model], **values: Any) -> None:
     """INSERT one row of an append-only table (audit and outbox rows), without reading it back.
 
-    What ``Model.objects.create`` would store — defaults and each field's conversion come from the
-    model — but the statement is built once per model and database instead of by the ORM's
-    compiler on every call: every answer appends two such rows inside its transaction."""
-    row = model(**values)  # the fields' defaults, as create() would fill them
+    The statement is built once per model and database instead of by the ORM's compiler on every
+    call: every answer appends such rows inside its transaction."""
     connection = connections[router.db_for_write(model)]
-    built = _insert_sql.get((model, connection.alias))
-    if built is None:
-        fields = [field for field in model._meta.concrete_fields if not field.primary_key]
-        quote = connection.ops.quote_name
-        sql = "INSERT INTO {} ({}) VALUES ({})".format(
-            quote(model._meta.db_table),
-            ", ".join(quote(field.column) for field in fields),
-            ", ".join(["%s"] * len(fields)),
-        )
-        built = _insert_sql[(model, connection.alias)] = (sql, fields)
-    sql, fields = built
-    params = [field.get_db_prep_save(field.pre_save(row, True), connection) for field in fields]
+    columns, params = row_values(model, connection, **values)
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+        cursor.execute(_insert_sql(model, connection.alias), params)
+
+
+@functools.lru_cache(maxsize=None)
+def _insert_sql(model: type[models.Model], alias: str) -> str:
+    quote = connections[alias].ops.quote_name
+    columns = [field.column for field in _insert_fields(model)]
+    return "INSERT INTO {} ({}) VALUES ({})".format(
+        quote(model._meta.db_table), ", ".join(quote(column) for column in columns), ", ".join(["%s"] * len(columns))
+    )
