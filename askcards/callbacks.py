@@ -125,18 +125,13 @@ def feishu_handle(app_id: str, headers, raw_body: bytes) -> tuple[int, dict]:
     return 200, feishu_cards.callback_response(toast_type, text, feishu.render(card).card if card is not None else None)
 
 
-def _one(queryset):
-    """The row a unique lookup finds, or None: a plain LIMIT 1, without ``first()``'s ORDER BY."""
-    return next(iter(queryset[:1]), None)
-
-
 def _clicked_card(bot: Bot, action, session=None) -> ProgressCard | None:
     """The card the click came from: by its message, else the session's latest card.
     ``session``, when the caller has it loaded, saves reading it again for the render."""
     cards = ProgressCard.objects if session is not None else ProgressCard.objects.select_related("session")
     card = None
     if action.message_id:
-        card = _one(cards.filter(
+        card = selectors.unique_row(cards.filter(
             card_messages__platform=Bot.Platform.FEISHU, card_messages__bot=bot, card_messages__message_id=action.message_id
         ))
     if card is None:
@@ -149,7 +144,7 @@ def _clicked_card(bot: Bot, action, session=None) -> ProgressCard | None:
 
 
 def _ask_submit(bot: Bot, action) -> tuple[str, str, ProgressCard | None]:
-    ask = _one(Ask.objects.select_related("session").filter(pk=action.ask_id, session__bot=bot))
+    ask = selectors.unique_row(Ask.objects.select_related("session").filter(pk=action.ask_id, session__bot=bot))
     card = _clicked_card(bot, action, ask.session if ask is not None else None)
     if ask is None:
         return "info", feishu_cards.TOAST_STALE, card

@@ -16,7 +16,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from . import crypto, events
-from .db import append_row, row_values
+from .db import append_row, insert_fields, row_values
 from .models import Agent, Ask, OutboxEvent, Session
 from .selectors import event_data
 
@@ -72,7 +72,7 @@ def _bump_and_insert_sql(alias: str) -> str:
     kept only when the agent has a webhook. Each is cast to its column's type, as a parameter in a
     SELECT list has none of its own."""
     connection = connections[alias]
-    fields = [field for field in OutboxEvent._meta.concrete_fields if not field.primary_key]
+    fields = insert_fields(OutboxEvent)
     values = []
     for field in fields:
         typed = f"CAST(%s AS {field.cast_db_type(connection)})"

@@ -17,6 +17,11 @@ def _iso(value: datetime | None) -> str | None:
     return value.isoformat().replace("+00:00", "Z") if value else None
 
 
+def unique_row(queryset: QuerySet) -> Any:
+    """The row a unique lookup finds, or None: a plain LIMIT 1, without ``first()``'s ORDER BY."""
+    return next(iter(queryset[:1]), None)
+
+
 def session_get(*, agent: Agent, session_ref: str) -> Session:
     """A session of this agent by id or key; another agent's session is simply not found."""
     session = (
@@ -35,6 +40,7 @@ def session_get(*, agent: Agent, session_ref: str) -> Session:
 # saved in this process (admin, askcards_bot) clears the cache at once; other processes see it
 # within BOT_CACHE_SECONDS. Unknown ids are not cached (a flood of made-up ids stays a 404 query).
 BOT_CACHE_SECONDS = 10.0
+_clock = time.monotonic  # the cache's clock (tests move it forward)
 _active_bots: dict[tuple[str, str], tuple[float, Bot]] = {}
 
 
@@ -42,11 +48,10 @@ def active_bot(*, platform: str, app_id: str) -> Bot | None:
     """The active bot of this platform and app id, or None. Callers must not change it."""
     key = (platform, app_id)
     cached = _active_bots.get(key)
-    now = time.monotonic()
+    now = _clock()
     if cached is not None and cached[0] > now:
         return cached[1]
-    # A plain LIMIT 1, without first()'s ORDER BY: (platform, app_id) is unique.
-    bot = next(iter(Bot.objects.filter(platform=platform, app_id=app_id, is_active=True)[:1]), None)
+    bot = unique_row(Bot.objects.filter(platform=platform, app_id=app_id, is_active=True))
     if bot is None:
         _active_bots.pop(key, None)
     else:

@@ -56,9 +56,9 @@ def recording_surface(settings):
 def no_cached_bots():
     """The per-process bot cache must not carry a bot from one test's (rolled back) database into
     another's: rollbacks send no signals."""
-    selectors._active_bots.clear()
+    selectors.forget_active_bots()
     yield
-    selectors._active_bots.clear()
+    selectors.forget_active_bots()
 
 
 @pytest.fixture

@@ -31,12 +31,14 @@ def row_values(model: type[models.Model], connection, **values: Any) -> tuple[li
     primary key): what ``Model.objects.create(**values)`` would store, defaults and each field's
     conversion included, for an INSERT written out on a hot path."""
     row = model(**values)  # the fields' defaults, as create() would fill them
-    fields = _insert_fields(model)
-    return [field.column for field in fields], [field.get_db_prep_save(field.pre_save(row, True), connection) for field in fields]
+    fields = insert_fields(model)
+    params = [field.get_db_prep_save(field.pre_save(row, True), connection) for field in fields]
+    return [field.column for field in fields], params
 
 
 @functools.lru_cache(maxsize=None)
-def _insert_fields(model: type[models.Model]) -> list[models.Field]:
+def insert_fields(model: type[models.Model]) -> list[models.Field]:
+    """The fields a new row of ``model`` gives values for, in ``row_values``' order."""
     return [field for field in model._meta.concrete_fields if not field.primary_key]
 
 
@@ -46,7 +48,7 @@ def append_row(model: type[models.Model], **values: Any) -> None:
     The statement is built once per model and database instead of by the ORM's compiler on every
     call: every answer appends such rows inside its transaction."""
     connection = connections[router.db_for_write(model)]
-    columns, params = row_values(model, connection, **values)
+    _, params = row_values(model, connection, **values)
     with connection.cursor() as cursor:
         cursor.execute(_insert_sql(model, connection.alias), params)
 
@@ -54,7 +56,7 @@ def append_row(model: type[models.Model], **values: Any) -> None:
 @functools.lru_cache(maxsize=None)
 def _insert_sql(model: type[models.Model], alias: str) -> str:
     quote = connections[alias].ops.quote_name
-    columns = [field.column for field in _insert_fields(model)]
+    columns = [field.column for field in insert_fields(model)]
     return "INSERT INTO {} ({}) VALUES ({})".format(
         quote(model._meta.db_table), ", ".join(quote(column) for column in columns), ", ".join(["%s"] * len(columns))
     )
