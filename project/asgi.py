@@ -9,28 +9,48 @@ django_asgi_app = get_asgi_application()  # before importing anything that touch
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
+from django.core.exceptions import SuspiciousOperation  # noqa: E402
+from django.http import Http404  # noqa: E402
 from django.urls import path, re_path  # noqa: E402
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from askcards.api.longpoll import LongPollApp  # noqa: E402
 from askcards.consumers import PanelConsumer  # noqa: E402
 from askcards.api.urls import LONG_POLL_VIEWS  # noqa: E402
 from askcards.callbacks import CallbackApp, dingtalk_handle, feishu_handle  # noqa: E402
+from askcards.edge import BoundedBody, OriginValidator, no_socket  # noqa: E402
 
+
+class StaticFiles(ASGIStaticFilesHandler):
+    """Django's static files handler, where a path escaping the static directories
+    (``/static/askcards/..%2f..%2fsettings.py``) is a plain 404, like any missing file, instead
+    of an unhandled SuspiciousFileOperation (a 500 and a traceback)."""
+
+    def serve(self, request):
+        try:
+            return super().serve(request)
+        except SuspiciousOperation:
+            raise Http404("no such static file") from None
+
+
+# The long-poll and callback routes bypass Django's handler and middleware; askcards.edge gives
+# them Django's Host check, security headers and a bounded body (see LongPollApp, CallbackApp).
 http_routes = [path(f"api/v1/{route}", LongPollApp(view.as_view())) for route, view in LONG_POLL_VIEWS.items()]
 http_routes.append(path("callbacks/feishu/<str:app_id>/", CallbackApp(feishu_handle)))
 http_routes.append(path("callbacks/dingtalk/<str:client_id>/", CallbackApp(dingtalk_handle)))
 http_routes.append(re_path(r"^", django_asgi_app))  # everything else: Django
 
-websocket_routes = [path("ws/panel/", PanelConsumer.as_asgi())]
+websocket_routes = [path("ws/panel/", PanelConsumer.as_asgi()), re_path(r"^", no_socket)]
 
 application = ProtocolTypeRouter(
     {
         # Static files (admin, panel) are served here too, so one daphne process is a whole service.
-        "http": ASGIStaticFilesHandler(URLRouter(http_routes)),
-        # The panel authenticates with the Django session cookie; the origin must be an allowed host.
-        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_routes))),
+        # BoundedBody: no body over DATA_UPLOAD_MAX_MEMORY_SIZE is read, whichever route serves it
+        # (Django's handler would otherwise spool any size to disk before any check).
+        "http": BoundedBody(StaticFiles(URLRouter(http_routes))),
+        # The panel authenticates with the Django session cookie; the origin (scheme, host and
+        # port) must be the site's own, ASKCARDS_PUBLIC_URL's or a CSRF-trusted one.
+        "websocket": OriginValidator(AuthMiddlewareStack(URLRouter(websocket_routes))),
     }
 )

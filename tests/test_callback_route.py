@@ -11,7 +11,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 
 
 async def _call(method: str, path: str, body: bytes = b"{}"):
-    communicator = HttpCommunicator(application, method, path, body=body, headers=[(b"content-length", str(len(body)).encode())])
+    communicator = HttpCommunicator(application, method, path, body=body, headers=[(b"host", b"testserver"), (b"content-length", str(len(body)).encode())])
     response = await communicator.get_response(timeout=10)
     return response["status"], json.loads(response["body"])
 
@@ -28,4 +28,4 @@ async def test_callbacks_are_posted(path):
 
 async def test_oversized_body_is_refused_unread():
     status, body = await _call("POST", "/callbacks/feishu/cli_nobody/", b"x" * (MAX_CALLBACK_BYTES + 1))
-    assert status == 413 and "at most" in body["error"]
+    assert status == 413 and "at most" in body["error"]["message"]

@@ -15,7 +15,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 
 
 def _get(path, key, body=None, method="GET"):
-    headers = [(b"authorization", f"Bearer {key}".encode())]
+    headers = [(b"host", b"testserver"), (b"authorization", f"Bearer {key}".encode())]
     raw = json.dumps(body).encode() if body is not None else b""
     if body is not None:
         headers += [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode())]
@@ -60,7 +60,7 @@ async def test_wait_for_unknown_ask_is_404(agent_and_key):
 
 
 async def test_wait_without_key_is_401(pending_ask):
-    response = await HttpCommunicator(application, "GET", f"/api/v1/asks/{pending_ask.id}/wait").get_response(timeout=10)
+    response = await HttpCommunicator(application, "GET", f"/api/v1/asks/{pending_ask.id}/wait", headers=[(b"host", b"testserver")]).get_response(timeout=10)
     assert response["status"] == 401
 
 

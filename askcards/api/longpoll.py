@@ -22,6 +22,7 @@ from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpResponse
 from rest_framework.renderers import JSONRenderer
 
+from askcards import edge
 from askcards.db import in_pool
 
 logger = logging.getLogger(__name__)
@@ -48,30 +49,67 @@ def _in_pool(fn, *args, **kwargs):
 
 
 class LongPollApp:
-    """ASGI app serving one DRF view whose responses may carry a ``long_poll``."""
+    """ASGI app serving one DRF view whose responses may carry a ``long_poll``.
+
+    It bypasses Django's handler and middleware, so it does their edge work itself through
+    ``askcards.edge``: ``Host`` checked, the security headers added, the body bounded. A ``GET``
+    takes no body; a body (``POST``) is refused by ``Content-Length`` first, then the agent key is
+    checked, and only then is the body read (at most ``DATA_UPLOAD_MAX_MEMORY_SIZE``): an
+    unauthenticated client cannot make the server buffer anything."""
+
+    BODILESS = frozenset({"GET", "HEAD"})
 
     def __init__(self, view: Callable):
         self.view = view
 
     async def __call__(self, scope, receive, send):
-        body = BytesIO()
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            body.write(message.get("body", b""))
-            if not message.get("more_body"):
-                break
-        body.seek(0)
-        request = ASGIRequest(scope, body)
         kwargs = scope.get("url_route", {}).get("kwargs", {})
+        try:
+            request = edge.request_for(scope)
+            if scope["method"] in self.BODILESS:
+                body = await edge.read_body(scope, receive, 0)
+            else:
+                limit = edge.default_body_limit()
+                edge.check_length(scope, limit)
+                agent, refusal = await in_pool(self._authenticate, request, kwargs)
+                if refusal is not None:
+                    await edge.send_response(send, refusal, request)
+                    return
+                body = await edge.read_body(scope, receive, limit)
+        except edge.Refused as refused:
+            await edge.refuse(scope, send, refused)
+            return
+        if body is None:  # client went away
+            return
+        request = ASGIRequest(scope, BytesIO(body))
+        if scope["method"] not in self.BODILESS:
+            # Authenticated above, before the body was read: DRF's Request takes this attribute
+            # as the authenticated user instead of checking the key a second time.
+            request._force_auth_user = agent
         response = await _in_pool(self.view, request, **kwargs)
         poll: LongPoll | None = getattr(response, "long_poll", None)
         if poll is not None and poll.timeout > 0:
             response = await self._wait(poll, receive)
             if response is None:  # client went away
                 return
-        await _send(response, send)
+        await edge.send_response(send, response, request)
+
+    def _authenticate(self, request, kwargs):
+        """``(agent, None)``, or ``(None, the view's own rendered error response)`` when the request
+        carries no valid agent key. Only the view's authentication and permissions run here (no
+        throttles, no body)."""
+        view = self.view.view_class(**self.view.view_initkwargs)
+        view.args, view.kwargs, view.headers = (), kwargs, view.default_response_headers
+        drf_request = view.initialize_request(request, **kwargs)
+        view.request = drf_request
+        try:
+            view.perform_authentication(drf_request)
+            view.check_permissions(drf_request)
+        except Exception as exc:
+            response = view.finalize_response(drf_request, view.handle_exception(exc), **kwargs)
+            response.render()
+            return None, response
+        return drf_request.user, None
 
     async def _wait(self, poll: LongPoll, receive) -> HttpResponse | None:
         layer = get_channel_layer()
@@ -111,11 +149,3 @@ class LongPollApp:
 def _json(data: Any) -> HttpResponse:
     return HttpResponse(JSONRenderer().render(data), content_type="application/json")
 
-
-async def _send(response: HttpResponse, send) -> None:
-    headers = [(b"content-type", response["Content-Type"].encode("latin-1"))]
-    for name, value in response.items():
-        if name.lower() != "content-type":
-            headers.append((name.encode("latin-1"), str(value).encode("latin-1")))
-    await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
-    await send({"type": "http.response.body", "body": response.content})
