@@ -38,6 +38,7 @@ async def call(
     """One request. ``body`` is sent in one message; ``stream_bytes`` instead sends that many bytes
     in CHUNK-sized messages (chunked: no Content-Length unless ``headers`` give one). After the
     body, receive() waits until the application is done, like a client waiting for its answer."""
+    path, _, query = path.partition("?")
     raw_headers = [(b"host", host.encode())] if host is not None else []
     raw_headers += [(name.encode(), value.encode()) for name, value in headers]
     scope = {
@@ -49,7 +50,7 @@ async def call(
         "path": path,
         "raw_path": path.encode(),
         "root_path": "",
-        "query_string": b"",
+        "query_string": query.encode(),
         "headers": raw_headers,
         "client": ("127.0.0.1", 40000),
         "server": ("127.0.0.1", 8000),
