@@ -103,9 +103,10 @@ async def read_body(scope, receive, limit: int | None) -> bytes | None:
             return b"".join(chunks)
 
 
-def request_for(scope, body: bytes = b"") -> ASGIRequest:
-    """A Django request for ``scope`` whose ``Host`` Django itself accepts; else ``Refused`` (400)."""
-    request = ASGIRequest(scope, BytesIO(body))
+def request_for(scope) -> ASGIRequest:
+    """A Django request for ``scope`` (no body) whose ``Host`` Django itself accepts; else
+    ``Refused`` (400)."""
+    request = ASGIRequest(scope, BytesIO())
     try:
         request.get_host()
     except DisallowedHost as exc:  # logged where Django logs it, without the traceback Django adds
@@ -144,11 +145,7 @@ async def refuse(scope, send, refused: Refused) -> None:
     logging.getLogger(refused.log_as).warning(
         "refused %s %s: %s %s", scope.get("method", "-"), scope.get("path", "-"), refused.status, refused.detail
     )
-    try:
-        request = ASGIRequest(scope, BytesIO())
-    except Exception:  # a scope too broken to describe a request: no headers beyond the basics
-        request = None
-    await send_response(send, refused.response(), request)
+    await send_response(send, refused.response(), ASGIRequest(scope, BytesIO()))
 
 
 class BoundedBody:
