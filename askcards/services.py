@@ -10,10 +10,10 @@ from __future__ import annotations
 import logging
 import re
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
-from collections.abc import Sequence
 from typing import Any
 
 from django.conf import settings
