@@ -17,6 +17,7 @@ from django.http import HttpRequest
 from django.utils.translation import ngettext
 
 from . import crypto, outbox, services
+from .errors import WebUserNotGranted
 from .models import Agent, Ask, AskEvent, Bot, CardMessage, OutboxEvent, ProgressCard, Respondent, Session
 
 # ------------------------------------------------------------------------------------------- asks
@@ -192,9 +193,31 @@ class ProgressCardInline(ReadOnlyInline):
         return message.last_error if message else ""
 
 
+class SessionForm(forms.ModelForm):
+    class Meta:
+        model = Session
+        fields = ("web_user",)
+
+    def clean_web_user(self) -> str:
+        web_user = self.cleaned_data["web_user"]
+        if "web_user" in self.changed_data:
+            agent = self.instance.agent
+            try:
+                services.session_check_web_user(agent=agent, web_user=web_user)
+            except WebUserNotGranted:
+                raise forms.ValidationError(
+                    f"Agent {agent.name} is not granted a web user {web_user!r} (no such user, or no grant): "
+                    "grant it on the agent's page first, or leave this empty."
+                ) from None
+        return web_user
+
+
 @admin.register(Session)
 class SessionAdmin(admin.ModelAdmin):
-    """Sessions are created by agents through the API; an operator may only re-point the web panel."""
+    """Sessions are created by agents through the API; an operator may only re-point the web panel
+    (to a user the agent is granted)."""
+
+    form = SessionForm
 
     list_display = ("id", "key", "agent", "platform", "chat_type", "user_id", "web_user", "open_asks", "created_at")
     list_filter = ("platform", "chat_type", "agent", "created_at")
@@ -256,15 +279,18 @@ def _formfield(field: models.Field, **kwargs: Any) -> forms.Field | None:
 class AgentAddForm(forms.ModelForm):
     class Meta:
         model = Agent
-        fields = ("name", "webhook_url")
+        fields = ("name", "webhook_url", "web_users")
         formfield_callback = _formfield
 
 
 class AgentChangeForm(forms.ModelForm):
     class Meta:
         model = Agent
-        fields = ("name", "webhook_url", "is_active")
+        fields = ("name", "webhook_url", "is_active", "web_users")
         formfield_callback = _formfield
+
+
+AGENT_COLUMNS = ("name", "webhook_url", "is_active")  # what the change form writes on the row itself
 
 
 @admin.register(Agent)
@@ -278,6 +304,7 @@ class AgentAdmin(admin.ModelAdmin):
     actions = ("rotate_key", "rotate_webhook_secret")
     formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
     readonly_fields = ("key_prefix", "webhook_secret_set", "event_seq", "created_at")
+    filter_horizontal = ("web_users",)
 
     def get_form(self, request: HttpRequest, obj: Agent | None = None, change: bool = False, **kwargs: Any):
         kwargs["form"] = AgentChangeForm if obj is not None else AgentAddForm
@@ -285,8 +312,10 @@ class AgentAdmin(admin.ModelAdmin):
 
     def get_fields(self, request: HttpRequest, obj: Agent | None = None) -> list[str]:
         if obj is None:
-            return ["name", "webhook_url"]
-        return ["name", "key_prefix", "is_active", "webhook_url", "webhook_secret_set", "event_seq", "created_at"]
+            return ["name", "webhook_url", "web_users"]
+        return [
+            "name", "key_prefix", "is_active", "webhook_url", "webhook_secret_set", "web_users", "event_seq", "created_at",
+        ]
 
     def get_readonly_fields(self, request: HttpRequest, obj: Agent | None = None) -> tuple[str, ...]:
         return self.readonly_fields if obj is not None else ()
@@ -314,10 +343,27 @@ class AgentAdmin(admin.ModelAdmin):
                 self._show_webhook_secret(request, created)
             return
         # Only the form's columns: a full save would write back a stale event_seq or key hash.
-        obj.save(update_fields=list(AgentChangeForm.Meta.fields))
+        obj.save(update_fields=list(AGENT_COLUMNS))
         if obj.webhook_url and not obj.webhook_secret:
             # A webhook is always signed: an agent given a URL gets a secret, as at creation.
             self._new_webhook_secret(request, obj)
+
+    def save_related(self, request: HttpRequest, form: forms.ModelForm, formsets: Any, change: bool) -> None:
+        # Grants go through the services (one rule, logged with the operator), not the form's m2m save.
+        usernames = [user.get_username() for user in form.cleaned_data.get("web_users", ())]
+        actor = f"operator:{request.user.get_username()}"
+        granted, revoked = services.agent_grants_set(agent=form.instance, usernames=usernames, actor=actor)
+        if granted:
+            self.message_user(request, f"Agent {form.instance.name} may now ask: {', '.join(granted)}.", messages.SUCCESS)
+        if revoked:
+            self.message_user(
+                request,
+                f"Agent {form.instance.name} may no longer ask: {', '.join(revoked)} "
+                "(its asks already pending there stay answerable).",
+                messages.SUCCESS,
+            )
+        for formset in formsets:
+            self.save_formset(request, form, formset, change=change)
 
     @admin.action(description="Rotate key (the old key stops working at once)", permissions=("change",))
     def rotate_key(self, request: HttpRequest, queryset: QuerySet[Agent]) -> None:

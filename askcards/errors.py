@@ -34,3 +34,11 @@ class AskNotPending(AskcardsError):
 class Conflict(AskcardsError):
     code = "conflict"
     status = 409
+
+
+class WebUserNotGranted(AskcardsError):
+    """A session names a web user its agent was not granted (or no such user exists: the two are
+    one answer, so an agent cannot probe for usernames)."""
+
+    code = "web_user_not_granted"
+    status = 403

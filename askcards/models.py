@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import secrets
 
+from django.conf import settings
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
@@ -48,6 +49,15 @@ class Agent(models.Model):
     webhook_url = models.URLField(max_length=500, blank=True)
     webhook_secret = EncryptedTextField(blank=True)
     is_active = models.BooleanField(default=True)
+    # The grants: the only Django users a session of this agent may name as its web_user (whose
+    # panel shows the asks). Operators give them (askcards_agent grant, admin); see services.
+    web_users = models.ManyToManyField(
+        settings.AUTH_USER_MODEL,
+        blank=True,
+        related_name="askcards_agents",
+        verbose_name="web users granted",
+        help_text="The Django users whose web panel this agent may ask (a session's web_user).",
+    )
     # Last outbox sequence number handed out; bumped under the row lock, so commit order = seq order.
     event_seq = models.BigIntegerField(default=0, editable=False)
     created_at = models.DateTimeField(default=timezone.now)

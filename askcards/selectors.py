@@ -5,6 +5,7 @@ import time
 from datetime import datetime
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.db.models import QuerySet
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
@@ -33,6 +34,12 @@ def session_get(*, agent: Agent, session_ref: str) -> Session:
     if session is None:
         raise NotFound(f"no session {session_ref!r} (expected a session id or key of this agent)")
     return session
+
+
+def web_user_granted(*, agent: Agent, web_user: str) -> bool:
+    """Whether an operator granted ``agent`` the Django user named ``web_user``. A username no
+    user has is simply not granted: one query either way."""
+    return agent.web_users.filter(**{get_user_model().USERNAME_FIELD: web_user}).exists()
 
 
 # Platform callbacks name their bot by app id, many times a second, and bots change rarely: each

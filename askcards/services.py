@@ -9,19 +9,22 @@ from __future__ import annotations
 
 import logging
 import re
+import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from . import crypto, events, outbox, surfaces, tools
+from . import crypto, events, outbox, selectors, surfaces, tools
 from .db import append_row
-from .errors import InvalidInput, UnknownTool
+from .errors import InvalidInput, UnknownTool, WebUserNotGranted
 from .models import Agent, Ask, AskEvent, Bot, CallbackReceipt, CardMessage, OutboxEvent, ProgressCard, Respondent, Session
 from .tools import ask_user_questions
 from .tools import dingtalk_ask_user_question as dingtalk_tool
@@ -59,7 +62,11 @@ def session_upsert(
     parent: Session | None = None,
     **fields: str,
 ) -> tuple[Session, bool]:
-    """Create the session of ``key`` or update the fields given. Returns (session, created)."""
+    """Create the session of ``key`` or update the fields given. Returns (session, created).
+
+    Raises WebUserNotGranted (and writes nothing) when ``web_user`` names a user the agent was
+    not granted.
+    """
     inferred = infer_platform(key)
     if platform is None and inferred:
         platform, chat_type = inferred[0], chat_type or inferred[1]
@@ -80,6 +87,7 @@ def session_upsert(
             raise InvalidInput(f"the user_id in session key {key[:40]!r}… is longer than {limit} characters; give user_id")
     if parent is not None and parent.agent_id != agent.id:
         raise InvalidInput("parent must be a session of this agent")
+    session_check_web_user(agent=agent, web_user=fields.get("web_user") or "")
     values: dict[str, Any] = {name: value for name, value in fields.items() if value is not None}
     if platform is not None:
         values["platform"] = platform
@@ -100,6 +108,21 @@ def session_upsert(
         session.save()
         created = False
     return session, created
+
+
+def session_check_web_user(*, agent: Agent, web_user: str) -> None:
+    """Raise WebUserNotGranted unless ``web_user`` is blank or a user an operator granted ``agent``.
+
+    An unknown username gets the very same answer as a known one not granted, so an agent
+    cannot find out which usernames exist.
+    """
+    if web_user and not selectors.web_user_granted(agent=agent, web_user=web_user):
+        command = shlex.join(["python", "manage.py", "askcards_agent", "grant", agent.name, web_user])
+        raise WebUserNotGranted(
+            f"agent {agent.name!r} may not ask web user {web_user!r}: it was not granted that user. "
+            f"An operator grants it with `{command}` (or on the agent's admin page); "
+            "otherwise leave web_user empty."
+        )
 
 
 # ------------------------------------------------------------------------------------- tool calls
@@ -125,8 +148,11 @@ def tool_call(
 ) -> ToolCallOutcome:
     """Run a model's tool call: validate, reserve, deliver, activate (or fail at once).
 
-    Raises UnknownTool for a name no session has. Everything else is a tool-level outcome the
-    model must see: invalid arguments, a tool this session lacks, no surface to ask on.
+    Raises UnknownTool for a name no session has, and WebUserNotGranted when the session's
+    web_user is no longer granted to the agent (revoked after the session was made; asks already
+    pending stay, and a retry of an earlier call_id still returns its ask). Everything else is a
+    tool-level outcome the model must see: invalid arguments, a tool this session lacks, no
+    surface to ask on.
     """
     tool = tools.get(name)
     if tool is None:
@@ -135,6 +161,7 @@ def tool_call(
         existing = Ask.objects.filter(agent=agent, call_id=call_id).select_related("session").first()
         if existing is not None:
             return _existing_outcome(existing, session, name)
+    session_check_web_user(agent=agent, web_user=session.web_user)
     if name == dingtalk_tool.NAME:
         return dingtalk_tool_call(agent=agent, session=session, arguments=arguments, call_id=call_id, sender_id=sender_id)
     if timeout_seconds is not None and not 1 <= timeout_seconds <= MAX_TIMEOUT_SECONDS:
@@ -675,20 +702,29 @@ def _audit_ignored(ask: Ask, attempted: str, actor: str, surface: str, current: 
 # ------------------------------------------------------------------------------- agents and bots
 
 
-def agent_create(*, name: str, webhook_url: str = "") -> tuple[Agent, str]:
-    """Create an agent; returns it and its API key, which is shown this once and stored hashed."""
+def agent_create(
+    *, name: str, webhook_url: str = "", web_users: Sequence[str] = (), actor: str = "operator"
+) -> tuple[Agent, str]:
+    """Create an agent granted ``web_users`` (see agent_grant); returns it and its API key, which
+    is shown this once and stored hashed. An unknown username raises InvalidInput and creates
+    nothing."""
     if not name.strip():
         raise InvalidInput("agent name must not be blank")
     if Agent.objects.filter(name=name).exists():
         raise InvalidInput(f"an agent named {name!r} already exists")
+    users = [_granted_user(username) for username in dict.fromkeys(web_users)]
     key = crypto.new_agent_key()
-    agent = Agent.objects.create(
-        name=name,
-        key_hash=crypto.hash_agent_key(key),
-        key_hint=key[:10],
-        webhook_url=webhook_url,
-        webhook_secret=crypto.new_webhook_secret() if webhook_url else "",
-    )
+    with transaction.atomic():
+        agent = Agent.objects.create(
+            name=name,
+            key_hash=crypto.hash_agent_key(key),
+            key_hint=key[:10],
+            webhook_url=webhook_url,
+            webhook_secret=crypto.new_webhook_secret() if webhook_url else "",
+        )
+        agent.web_users.add(*users)
+    for username in dict.fromkeys(web_users):
+        logger.info("agent %s granted web user %s by %s", agent.name, username, actor)
     return agent, key
 
 
@@ -698,6 +734,54 @@ def agent_rotate_key(*, agent: Agent) -> str:
     Agent.objects.filter(pk=agent.pk).update(key_hash=crypto.hash_agent_key(key), key_hint=key[:10])
     agent.key_hash, agent.key_hint = crypto.hash_agent_key(key), key[:10]
     return key
+
+
+def _granted_user(username: str):
+    """The Django user an operator names in a grant; InvalidInput (saying so) when none has that name."""
+    User = get_user_model()
+    user = User._default_manager.filter(**{User.USERNAME_FIELD: username}).first()
+    if user is None:
+        raise InvalidInput(
+            f"no Django user named {username!r}: create the user first "
+            "(python manage.py createsuperuser, or Users in the admin)"
+        )
+    return user
+
+
+def agent_grant(*, agent: Agent, username: str, actor: str) -> bool:
+    """Let ``agent``'s sessions name the Django user ``username`` as their web_user (ask on that
+    user's panel). Idempotent: False when the grant already existed. Raises InvalidInput for an
+    unknown username (the operator's tools may say so; agents never see this)."""
+    user = _granted_user(username)
+    with transaction.atomic():
+        if agent.web_users.filter(pk=user.pk).exists():
+            return False
+        agent.web_users.add(user)
+    logger.info("agent %s granted web user %s by %s", agent.name, username, actor)
+    return True
+
+
+def agent_revoke(*, agent: Agent, username: str, actor: str) -> bool:
+    """Withdraw a grant. Idempotent: False when there was none. Sessions that name the user keep
+    it, and their asks already pending stay answerable on the panel; the agent's next session
+    upsert or tool call naming the user is refused with WebUserNotGranted."""
+    user = _granted_user(username)
+    with transaction.atomic():
+        if not agent.web_users.filter(pk=user.pk).exists():
+            return False
+        agent.web_users.remove(user)
+    logger.info("agent %s lost its grant of web user %s, revoked by %s", agent.name, username, actor)
+    return True
+
+
+def agent_grants_set(*, agent: Agent, usernames: Sequence[str], actor: str) -> tuple[list[str], list[str]]:
+    """Make ``usernames`` exactly the web users ``agent`` is granted, through agent_grant and
+    agent_revoke. Returns the usernames (granted, revoked)."""
+    wanted = dict.fromkeys(usernames)
+    current = [user.get_username() for user in agent.web_users.all()]
+    granted = [name for name in wanted if agent_grant(agent=agent, username=name, actor=actor)]
+    revoked = [name for name in current if name not in wanted and agent_revoke(agent=agent, username=name, actor=actor)]
+    return granted, revoked
 
 
 BOT_BASE_URLS = {Bot.Platform.FEISHU: "https://open.feishu.cn", Bot.Platform.DINGTALK: "https://api.dingtalk.com"}

@@ -4,6 +4,7 @@ import os
 import socket
 
 import pytest
+from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
 from askcards import selectors, services
@@ -61,9 +62,28 @@ def no_cached_bots():
     selectors.forget_active_bots()
 
 
+def person(username: str, password: str | None = None):
+    """The Django user ``username`` (made on first use; ``password`` sets its password)."""
+    user, _ = get_user_model().objects.get_or_create(username=username)
+    if password is not None:
+        user.set_password(password)
+        user.save(update_fields=["password"])
+    return user
+
+
+def grant(agent, *usernames: str) -> None:
+    """Grant ``agent`` these web users, as an operator would (askcards_agent grant), making the users."""
+    for username in usernames:
+        person(username)
+        services.agent_grant(agent=agent, username=username, actor="test")
+
+
 @pytest.fixture
 def agent_and_key(db):
-    return services.agent_create(name="agent-a")
+    """agent-a and its key; it is granted the cast's web users, alice and bob."""
+    agent, key = services.agent_create(name="agent-a")
+    grant(agent, "alice", "bob")
+    return agent, key
 
 
 @pytest.fixture
@@ -73,7 +93,10 @@ def agent(agent_and_key):
 
 @pytest.fixture
 def other_agent(db):
-    return services.agent_create(name="agent-b")[0]
+    """agent-b, granted bob."""
+    agent = services.agent_create(name="agent-b")[0]
+    grant(agent, "bob")
+    return agent
 
 
 @pytest.fixture

@@ -10,9 +10,11 @@ SEED = """
 import json
 from datetime import timedelta
 from django.utils import timezone
+from django.contrib.auth import get_user_model
 from askcards import services
 from askcards.models import Ask, Respondent
-agent, key = services.agent_create(name="serve-test")
+get_user_model().objects.create_user("alice")
+agent, key = services.agent_create(name="serve-test", web_users=["alice"])
 session, _ = services.session_upsert(agent=agent, key="web/alice", platform="web", web_user="alice")
 # An ask whose deadline passed while no process was running.
 ask = Ask.objects.create(agent=agent, session=session, tool="ask_user_questions", status="pending",

@@ -167,11 +167,11 @@ def test_change_page_renders(admin_client, model, pending_ask, feishu_bot):
 def test_session_change_saves_web_user_only(admin_client, present_session):
     response = admin_client.post(
         admin_url("session", "change", present_session.pk),
-        {"web_user": "carol", "key": "hijacked", "progress_cards-TOTAL_FORMS": "0", "progress_cards-INITIAL_FORMS": "0"},
+        {"web_user": "bob", "key": "hijacked", "progress_cards-TOTAL_FORMS": "0", "progress_cards-INITIAL_FORMS": "0"},
     )
     assert response.status_code == 302
     present_session.refresh_from_db()
-    assert (present_session.web_user, present_session.key) == ("carol", "web/alice")
+    assert (present_session.web_user, present_session.key) == ("bob", "web/alice")
 
 
 # ---------------------------------------------------------------------------------- cancel action

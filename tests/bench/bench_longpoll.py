@@ -7,8 +7,8 @@ Run from the project directory (not collected by pytest: the file is not named t
 What it does, every step bounded in time and count, every connection to 127.0.0.1 only:
 
 1. A throwaway data dir (embedded default: SQLite + in-memory channel layer; DATABASE_URL and
-   REDIS_URL are removed from the environment), ``migrate``, ``askcards_agent create bench --json``,
-   a Django user, and a logged-in session for it. The session cookie is made directly with
+   REDIS_URL are removed from the environment), ``migrate``, a Django user,
+   ``askcards_agent create bench --grant <user> --json``, and a logged-in session for the user. The session cookie is made directly with
    ``django.contrib.sessions`` (``SessionStore`` holding the user's id, backend and session-auth
    hash: exactly what ``django.contrib.auth.login`` stores), not by posting the admin login form.
 2. ``manage.py serve 127.0.0.1:<port>`` as a subprocess (it inherits the raised open-file limit).
@@ -646,8 +646,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         say(f"setup in {data_dir}")
         run_manage(env, "migrate", "--no-input", "-v", "0")
-        key = json.loads(run_manage(env, "askcards_agent", "create", "bench", "--json").strip().splitlines()[-1])["key"]
         cookie = json.loads(run_python(env, SETUP_USER % {"username": USERNAME}).strip().splitlines()[-1])
+        created = run_manage(env, "askcards_agent", "create", "bench", "--grant", USERNAME, "--json")
+        key = json.loads(created.strip().splitlines()[-1])["key"]
         log = open(log_path, "wb")
         server = subprocess.Popen(
             [PYTHON, "manage.py", "serve", f"{HOST}:{port}"],

@@ -5,12 +5,11 @@ import pytest
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.conf import settings as django_settings
-from django.contrib.auth import get_user_model
 
 from askcards import services
 from askcards.models import Ask, PanelPresence
 from project.asgi import application
-from tests.conftest import QUESTIONS, answer_for
+from tests.conftest import QUESTIONS, answer_for, person
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 
@@ -22,8 +21,7 @@ def web_surface(settings, recording_surface):
 
 @pytest.fixture
 def users(db):
-    User = get_user_model()
-    return User.objects.create_user("alice", password="pw-alice-123"), User.objects.create_user("bob", password="pw-bob-123")
+    return person("alice", "pw-alice-123"), person("bob", "pw-bob-123")
 
 
 async def _panel(user, path="/ws/panel/"):

@@ -143,7 +143,7 @@ def test_validation_errors_read_as_the_reference(agent, session, fake):
 
 
 def test_other_platforms_cannot_use_the_tool(agent, fake):
-    web, _ = services.session_upsert(agent=agent, key="web/x", platform="web", web_user="x")
+    web, _ = services.session_upsert(agent=agent, key="web/x", platform="web", web_user="alice")
     _, details = create(agent, web, {"questions": QUESTIONS})
     assert details == {"status": "failed", "error": dt.NO_CONTEXT_ERROR}
 

@@ -31,12 +31,11 @@ CHROMIUM_ARGS = [
 UI_TIMEOUT_MS = 10_000
 
 SEED = """
-import json
 from django.contrib.auth import get_user_model
-from askcards import services
+from django.core.management import call_command
 get_user_model().objects.create_user("alice", password="correct horse battery")  # not staff
-agent, key = services.agent_create(name="browser-test")
-print(json.dumps({"key": key}))
+# As the README's walkthrough does: the agent is granted alice, whose panel it then asks.
+call_command("askcards_agent", "create", "browser-test", "--grant", "alice", "--json")
 """
 
 QUESTIONS = [

@@ -81,6 +81,7 @@ def _sleep_until(start: float) -> None:
 
 
 def setup(args) -> dict:
+    from django.contrib.auth import get_user_model
     from django.utils import timezone
 
     from askcards import services
@@ -88,7 +89,8 @@ def setup(args) -> dict:
     from tests.conftest import QUESTIONS
     from tests.surfaces import RecordingSurface
 
-    agent, key = services.agent_create(name=args.agent, webhook_url=args.webhook_url)
+    get_user_model().objects.get_or_create(username="alice")
+    agent, key = services.agent_create(name=args.agent, webhook_url=args.webhook_url, web_users=["alice"])
     session, _ = services.session_upsert(
         agent=agent, key=f"web/{args.agent}", platform="web", web_user="alice", user_id="alice"
     )

@@ -6,20 +6,35 @@ from askcards import services
 from askcards.errors import InvalidInput
 from askcards.models import Agent
 
+ACTOR = "askcards_agent"  # who granted or revoked, in the log
+
 
 class Command(BaseCommand):
-    help = "Manage API agents: create one (its key is printed once), rotate a key, list them."
+    help = (
+        "Manage API agents: create one (its key is printed once), rotate a key, list them, and "
+        "grant or revoke the web users (Django users) whose panel an agent may ask."
+    )
 
     def add_arguments(self, parser):
         sub = parser.add_subparsers(dest="action", required=True)
         create = sub.add_parser("create", help="Create an agent and print its key once")
         create.add_argument("name")
         create.add_argument("--webhook-url", default="", help="Where events are POSTed (Standard Webhooks)")
+        create.add_argument(
+            "--grant", action="append", default=[], metavar="USERNAME",
+            help="Let the agent ask this Django user on the web panel (repeatable)",
+        )
         create.add_argument("--json", action="store_true", help='Print {"name","key","webhook_secret"}')
         rotate = sub.add_parser("rotate", help="Replace an agent's key and print the new one")
         rotate.add_argument("name")
         rotate.add_argument("--json", action="store_true")
-        sub.add_parser("list", help="List agents")
+        grant = sub.add_parser("grant", help="Let an agent's sessions name a Django user as their web_user")
+        grant.add_argument("name")
+        grant.add_argument("username")
+        revoke = sub.add_parser("revoke", help="Withdraw a grant: the agent may no longer ask that web user")
+        revoke.add_argument("name")
+        revoke.add_argument("username")
+        sub.add_parser("list", help="List agents and the web users each is granted")
 
     def handle(self, *args, action: str, **options):
         try:
@@ -27,15 +42,36 @@ class Command(BaseCommand):
         except InvalidInput as exc:
             raise CommandError(exc.message) from None
 
-    def _create(self, *, name: str, webhook_url: str, json: bool, **_):
-        agent, key = services.agent_create(name=name, webhook_url=webhook_url)
+    def _create(self, *, name: str, webhook_url: str, grant: list[str], json: bool, **_):
+        agent, key = services.agent_create(name=name, webhook_url=webhook_url, web_users=grant, actor=ACTOR)
         self._print_key(agent, key, json)
 
     def _rotate(self, *, name: str, json: bool, **_):
+        agent = self._agent(name)
+        self._print_key(agent, services.agent_rotate_key(agent=agent), json)
+
+    def _grant(self, *, name: str, username: str, **_):
+        agent = self._agent(name)
+        if services.agent_grant(agent=agent, username=username, actor=ACTOR):
+            self.stdout.write(f"Agent {agent.name!r} may now ask web user {username!r}.")
+        else:
+            self.stdout.write(f"Agent {agent.name!r} was already granted web user {username!r}; nothing changed.")
+
+    def _revoke(self, *, name: str, username: str, **_):
+        agent = self._agent(name)
+        if services.agent_revoke(agent=agent, username=username, actor=ACTOR):
+            self.stdout.write(
+                f"Agent {agent.name!r} may no longer ask web user {username!r}; "
+                "its asks already pending there stay answerable."
+            )
+        else:
+            self.stdout.write(f"Agent {agent.name!r} was not granted web user {username!r}; nothing changed.")
+
+    def _agent(self, name: str) -> Agent:
         agent = Agent.objects.filter(name=name).first()
         if agent is None:
-            raise CommandError(f"no agent named {name!r}")
-        self._print_key(agent, services.agent_rotate_key(agent=agent), json)
+            raise CommandError(f"no agent named {name!r} (askcards_agent list shows them)")
+        return agent
 
     def _print_key(self, agent: Agent, key: str, as_json: bool) -> None:
         if as_json:
@@ -45,8 +81,13 @@ class Command(BaseCommand):
         self.stdout.write(f"Agent {agent.name!r}. Its key (shown once, keep it safe):\n{key}")
         if agent.webhook_secret:
             self.stdout.write(f"Webhook signing secret:\n{agent.webhook_secret}")
+        self.stdout.write(f"Web users it may ask: {', '.join(self._web_users(agent)) or '-'}")
+
+    def _web_users(self, agent: Agent) -> list[str]:
+        return sorted(user.get_username() for user in agent.web_users.all())
 
     def _list(self, **_):
-        for agent in Agent.objects.order_by("name"):
+        for agent in Agent.objects.order_by("name").prefetch_related("web_users"):
             state = "active" if agent.is_active else "inactive"
-            self.stdout.write(f"{agent.name}\t{agent.key_hint}…\t{state}\t{agent.webhook_url or '-'}")
+            granted = ",".join(self._web_users(agent)) or "-"
+            self.stdout.write(f"{agent.name}\t{agent.key_hint}…\t{state}\t{agent.webhook_url or '-'}\t{granted}")
