@@ -19,7 +19,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from . import crypto, events, outbox, surfaces, tools
+from . import crypto, events, netguard, outbox, surfaces, tools
 from .db import append_row
 from .errors import InvalidInput, UnknownTool
 from .models import Agent, Ask, AskEvent, Bot, CallbackReceipt, CardMessage, OutboxEvent, ProgressCard, Respondent, Session
@@ -675,10 +675,22 @@ def _audit_ignored(ask: Ask, attempted: str, actor: str, surface: str, current: 
 # ------------------------------------------------------------------------------- agents and bots
 
 
+def agent_webhook_url_check(*, url: str) -> str:
+    """The webhook URL to store for an agent ("" for none); InvalidInput saying what is wrong.
+
+    Every way of setting a webhook URL (command, admin, services) goes through here: http or
+    https only, and a literal link-local/metadata address is refused, a loopback/private one
+    unless ASKCARDS_WEBHOOK_ALLOW_PRIVATE=true. A hostname is checked again on every delivery,
+    on the addresses it resolves to then (``netguard``)."""
+    return netguard.check_url(url, allow_private=settings.ASKCARDS_WEBHOOK_ALLOW_PRIVATE)
+
+
 def agent_create(*, name: str, webhook_url: str = "") -> tuple[Agent, str]:
-    """Create an agent; returns it and its API key, which is shown this once and stored hashed."""
+    """Create an agent; returns it and its API key, which is shown this once and stored hashed.
+    InvalidInput (nothing created) for a blank or taken name or a refused webhook URL."""
     if not name.strip():
         raise InvalidInput("agent name must not be blank")
+    webhook_url = agent_webhook_url_check(url=webhook_url)
     if Agent.objects.filter(name=name).exists():
         raise InvalidInput(f"an agent named {name!r} already exists")
     key = crypto.new_agent_key()
