@@ -19,6 +19,7 @@ This module only knows addresses and URLs; it imports nothing of askcards but it
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
 import socket
 from typing import Any
@@ -201,7 +202,7 @@ def resolve(url: str, *, allow_private: bool) -> list[str]:
 
 class PinnedAdapter(HTTPAdapter):
     """Connects to one given address whatever the URL's host; the URL's host still names the
-    server in the Host header (set by the caller), the TLS SNI and the certificate check."""
+    server in the Host header, the TLS SNI and the certificate check."""
 
     def __init__(self, address: str):
         self.address = address
@@ -218,6 +219,11 @@ class PinnedAdapter(HTTPAdapter):
             host=self.address, port=host_params["port"], scheme=host_params["scheme"], pool_kwargs=pool_kwargs
         )
 
+    def add_headers(self, request: requests.PreparedRequest, **kwargs: Any) -> None:
+        # The connection's host is the address; the request names the server (IDNA-encoded, as
+        # requests prepared the URL).
+        request.headers["Host"] = urlsplit(request.url or "").netloc
+
 
 def post(
     url: str,
@@ -233,10 +239,13 @@ def post(
     followed (a 3xx is returned as is) and the response body is never read.
 
     Raises Refused (nothing was sent) or a ``requests.RequestException``. Proxy variables from the
-    environment are ignored: the address checked is the address connected to.
+    environment are ignored: the address checked is the address connected to. A CA bundle named by
+    REQUESTS_CA_BUNDLE or CURL_CA_BUNDLE is used, as requests would.
     """
     addresses = resolve(url, allow_private=allow_private)
-    headers = {**headers, "Host": urlsplit(url.strip()).netloc}
+    if verify is True:
+        # What requests itself would take from the environment (trust_env is off for proxies).
+        verify = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE") or True
     for index, address in enumerate(addresses[:MAX_ADDRESSES_TRIED]):
         with requests.Session() as session:
             session.trust_env = False

@@ -170,8 +170,9 @@ def test_loopback_in_disguise_is_refused(url):
 def test_loopback_is_accepted_when_private_is_allowed(settings):
     settings.ASKCARDS_WEBHOOK_ALLOW_PRIVATE = True
     out = io.StringIO()
-    call_command("askcards_agent", "create", "hooked", "--webhook-url", "http://127.0.0.1:8080/hook", "--json", stdout=out)
-    assert Agent.objects.get(name="hooked").webhook_url == "http://127.0.0.1:8080/hook"
+    url = "http://127.0.0.1:8080/hook"
+    call_command("askcards_agent", "create", "hooked", "--webhook-url", url, "--json", stdout=out)
+    assert Agent.objects.get(name="hooked").webhook_url == url
     assert json.loads(out.getvalue())["webhook_secret"]
 
 
@@ -242,7 +243,9 @@ def test_name_rebound_to_loopback_is_refused_at_delivery(agent, pending_ask, stu
     _assert_failed_and_retried(event, "refused: hook.test resolves to 127.0.0.1, a loopback or private address")
 
 
-def test_any_metadata_address_among_the_answers_refuses_delivery(settings, agent, pending_ask, stub_factory, fake_dns):
+def test_any_metadata_address_among_the_answers_refuses_delivery(
+    settings, agent, pending_ask, stub_factory, fake_dns
+):
     settings.ASKCARDS_WEBHOOK_ALLOW_PRIVATE = True
     answers, _ = fake_dns
     stub = stub_factory({"/hook": (200, {})})
@@ -267,6 +270,17 @@ def test_delivery_connects_to_the_address_it_checked(settings, agent, pending_as
     assert stub.requests[0][2]["Host"] == f"hook.test:{stub.port}"
 
 
+def test_international_name_is_sent_idna_encoded_in_the_host_header(settings, stub_factory, fake_dns):
+    answers, _ = fake_dns
+    stub = stub_factory({"/hook": (200, {})})
+    answers["例え.test"] = [["127.0.0.1"]]
+    status = netguard.post(
+        f"http://例え.test:{stub.port}/hook", body=b"{}", headers={}, allow_private=True,
+        connect_timeout=2, read_timeout=2,
+    )  # fmt: skip
+    assert status == 200 and stub.requests[0][2]["Host"] == f"xn--r8jz45g.test:{stub.port}"
+
+
 def test_private_delivery_works_and_is_signed_when_allowed(settings, agent, pending_ask, stub_factory):
     settings.ASKCARDS_WEBHOOK_ALLOW_PRIVATE = True
     stub = stub_factory({"/hook": (200, {})})
@@ -274,9 +288,8 @@ def test_private_delivery_works_and_is_signed_when_allowed(settings, agent, pend
     assert outbox.deliver_due() == 1
     agent.refresh_from_db()
     _method, _path, headers, body = stub.requests[0]
-    assert crypto.verify_webhook_signature(
-        agent.webhook_secret, headers["webhook-id"], int(headers["webhook-timestamp"]), body, headers["webhook-signature"]
-    )
+    secret, webhook_id, timestamp = agent.webhook_secret, headers["webhook-id"], int(headers["webhook-timestamp"])
+    assert crypto.verify_webhook_signature(secret, webhook_id, timestamp, body, headers["webhook-signature"])
     event.refresh_from_db()
     assert event.delivered_at is not None and event.last_error == ""
 
