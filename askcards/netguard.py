@@ -123,7 +123,9 @@ def check_url(url: str, *, allow_private: bool) -> str:
         parts = urlsplit(url)
         parts.port  # noqa: B018 - raises ValueError for a port that is not a number in 0..65535
     except ValueError:
-        raise InvalidInput(f"webhook URL is not a valid URL (bad port); {expected}") from None
+        raise InvalidInput(
+            f"webhook URL is not a valid URL (its port or [address] does not parse); {expected}"
+        ) from None
     if parts.scheme and parts.scheme.lower() not in ("http", "https"):
         raise InvalidInput(f"webhook URL must use http or https, not {parts.scheme!r}")
     if not parts.scheme or not parts.netloc:
