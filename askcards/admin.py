@@ -17,7 +17,7 @@ from django.http import HttpRequest
 from django.utils.translation import ngettext
 
 from . import crypto, outbox, services
-from .errors import WebUserNotGranted
+from .errors import InvalidInput, WebUserNotGranted
 from .models import Agent, Ask, AskEvent, Bot, CardMessage, OutboxEvent, ProgressCard, Respondent, Session
 
 # ------------------------------------------------------------------------------------------- asks
@@ -276,14 +276,23 @@ def _formfield(field: models.Field, **kwargs: Any) -> forms.Field | None:
     return field.formfield(**kwargs)
 
 
-class AgentAddForm(forms.ModelForm):
+class _WebhookUrlForm(forms.ModelForm):
+    def clean_webhook_url(self) -> str:
+        # The service's check (scheme, metadata and private addresses), shown on the field.
+        try:
+            return services.agent_webhook_url_check(url=self.cleaned_data["webhook_url"])
+        except InvalidInput as exc:
+            raise forms.ValidationError(exc.message) from None
+
+
+class AgentAddForm(_WebhookUrlForm):
     class Meta:
         model = Agent
         fields = ("name", "webhook_url", "web_users")
         formfield_callback = _formfield
 
 
-class AgentChangeForm(forms.ModelForm):
+class AgentChangeForm(_WebhookUrlForm):
     class Meta:
         model = Agent
         fields = ("name", "webhook_url", "is_active", "web_users")

@@ -15,7 +15,7 @@ from django.db import connection, connections, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from . import crypto, events
+from . import crypto, events, netguard
 from .db import append_row, insert_fields, row_values
 from .models import Agent, Ask, OutboxEvent, Session
 from .selectors import event_data
@@ -188,10 +188,15 @@ def deliver_one(event_id: int) -> bool:
         headers["webhook-signature"] = crypto.webhook_signature(agent.webhook_secret, event.webhook_id, timestamp, body)
     error = ""
     try:
-        response = requests.post(
-            agent.webhook_url, data=body, headers=headers, timeout=settings.ASKCARDS_WEBHOOK_TIMEOUT_SECONDS
+        status = netguard.post(
+            agent.webhook_url,
+            body=body,
+            headers=headers,
+            allow_private=settings.ASKCARDS_WEBHOOK_ALLOW_PRIVATE,
+            connect_timeout=settings.ASKCARDS_WEBHOOK_CONNECT_TIMEOUT_SECONDS,
+            read_timeout=settings.ASKCARDS_WEBHOOK_READ_TIMEOUT_SECONDS,
         )
-        if 200 <= response.status_code < 300:
+        if 200 <= status < 300:
             now = timezone.now()
             OutboxEvent.objects.filter(pk=event.pk, delivered_at__isnull=True).update(
                 delivered_at=now, delivered_via="webhook", claimed_until=None, attempts=F("attempts") + 1, last_error=""
@@ -200,7 +205,10 @@ def deliver_one(event_id: int) -> bool:
                 mark_results_delivered([event.ask_id], now)
             logger.info("webhook delivered agent=%s seq=%s type=%s", agent.pk, event.seq, event.type)
             return True
-        error = f"HTTP {response.status_code}"
+        # A redirect would re-send the signed body somewhere the operator did not configure.
+        error = f"HTTP {status} (redirects are not followed)" if 300 <= status < 400 else f"HTTP {status}"
+    except netguard.Refused as exc:
+        error = f"refused: {exc}"
     except requests.RequestException as exc:
         error = type(exc).__name__
     _schedule_retry(event, error)

@@ -22,7 +22,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from . import crypto, events, outbox, selectors, surfaces, tools
+from . import crypto, events, netguard, outbox, selectors, surfaces, tools
 from .db import append_row
 from .errors import InvalidInput, UnknownTool, WebUserNotGranted
 from .models import Agent, Ask, AskEvent, Bot, CallbackReceipt, CardMessage, OutboxEvent, ProgressCard, Respondent, Session
@@ -702,14 +702,25 @@ def _audit_ignored(ask: Ask, attempted: str, actor: str, surface: str, current: 
 # ------------------------------------------------------------------------------- agents and bots
 
 
+def agent_webhook_url_check(*, url: str) -> str:
+    """The webhook URL to store for an agent ("" for none); InvalidInput saying what is wrong.
+
+    Every way of setting a webhook URL (command, admin, services) goes through here: http or
+    https only, and a literal link-local/metadata address is refused, a loopback/private one
+    unless ASKCARDS_WEBHOOK_ALLOW_PRIVATE=true. A hostname is checked again on every delivery,
+    on the addresses it resolves to then (``netguard``)."""
+    return netguard.check_url(url, allow_private=settings.ASKCARDS_WEBHOOK_ALLOW_PRIVATE)
+
+
 def agent_create(
     *, name: str, webhook_url: str = "", web_users: Sequence[str] = (), actor: str = "operator"
 ) -> tuple[Agent, str]:
     """Create an agent granted ``web_users`` (see agent_grant); returns it and its API key, which
-    is shown this once and stored hashed. An unknown username raises InvalidInput and creates
-    nothing."""
+    is shown this once and stored hashed. InvalidInput (nothing created) for a blank or taken
+    name, a refused webhook URL or an unknown username."""
     if not name.strip():
         raise InvalidInput("agent name must not be blank")
+    webhook_url = agent_webhook_url_check(url=webhook_url)
     if Agent.objects.filter(name=name).exists():
         raise InvalidInput(f"an agent named {name!r} already exists")
     users = [_granted_user(username) for username in dict.fromkeys(web_users)]

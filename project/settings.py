@@ -213,7 +213,13 @@ SPECTACULAR_SETTINGS = {
 # askcards
 ASKCARDS_ANSWER_RETENTION_DAYS = envint("ASKCARDS_ANSWER_RETENTION_DAYS", 7)
 ASKCARDS_WORKER_TICK_SECONDS = 0.5
-ASKCARDS_WEBHOOK_TIMEOUT_SECONDS = 10
+# Webhook POSTs: seconds to establish the connection, and seconds any single read of the response
+# (status line and headers; the body is never read) may wait. See askcards/netguard.py.
+ASKCARDS_WEBHOOK_CONNECT_TIMEOUT_SECONDS = 5
+ASKCARDS_WEBHOOK_READ_TIMEOUT_SECONDS = 10
+# Webhooks may reach loopback and private ranges (127/8, 10/8, 172.16/12, 192.168/16, fc00::/7,
+# 100.64/10, ...) only when true; link-local and cloud-metadata addresses are refused regardless.
+ASKCARDS_WEBHOOK_ALLOW_PRIVATE = envbool("ASKCARDS_WEBHOOK_ALLOW_PRIVATE", False)
 ASKCARDS_WEBHOOK_RETRY_HOURS = 24
 ASKCARDS_SURFACES: list[str] = [
     "askcards.surfaces.web.WebSurface",

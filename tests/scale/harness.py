@@ -52,6 +52,7 @@ def create_database(data_dir: Path) -> PgDatabase:
         "ASKCARDS_SECRET_KEY": "test",
         "ASKCARDS_DATA_DIR": str(data_dir),
         "LOG_LEVEL": "WARNING",
+        "ASKCARDS_WEBHOOK_ALLOW_PRIVATE": "true",  # the webhook receivers listen on 127.0.0.1
         "PYTHONUNBUFFERED": "1",
     }
     env.pop("REDIS_URL", None)

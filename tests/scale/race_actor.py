@@ -157,7 +157,7 @@ def work(args) -> dict:
     if args.claim_seconds is not None:
         outbox.CLAIM_SECONDS = args.claim_seconds
     if args.webhook_timeout is not None:
-        settings.ASKCARDS_WEBHOOK_TIMEOUT_SECONDS = args.webhook_timeout
+        settings.ASKCARDS_WEBHOOK_READ_TIMEOUT_SECONDS = args.webhook_timeout
     worker = Worker()
     _sleep_until(args.start)
     deadline = time.monotonic() + args.max_seconds

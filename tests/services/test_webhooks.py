@@ -39,7 +39,8 @@ class Receiver:
 
 
 @pytest.fixture
-def receiver_factory():
+def receiver_factory(settings):
+    settings.ASKCARDS_WEBHOOK_ALLOW_PRIVATE = True  # the receivers listen on 127.0.0.1
     made = []
 
     def make(*statuses):
