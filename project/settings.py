@@ -29,7 +29,7 @@ def envbool(name: str, default: bool) -> bool:
     raise ImproperlyConfigured(f"{name} must be true/false (or 1/0), got {value!r}")
 
 
-def envint(name: str, default: int, *, minimum: int = 0) -> int:
+def envint(name: str, default: int, *, minimum: int = 0, maximum: int | None = None) -> int:
     value = os.environ.get(name)
     if value is None or value == "":
         return default
@@ -39,6 +39,8 @@ def envint(name: str, default: int, *, minimum: int = 0) -> int:
         raise ImproperlyConfigured(f"{name} must be an integer, got {value!r}") from None
     if number < minimum:
         raise ImproperlyConfigured(f"{name} must be >= {minimum}, got {number}")
+    if maximum is not None and number > maximum:
+        raise ImproperlyConfigured(f"{name} must be <= {maximum}, got {number}")
     return number
 
 
@@ -221,7 +223,13 @@ ASKCARDS_SURFACES: list[str] = [
     "askcards.surfaces.dingtalk.surface.DingTalkSurface",
 ]
 # DingTalk HTTP card callbacks: how far x-ddpaas-signature-timestamp may be from now (seconds).
-ASKCARDS_DINGTALK_CALLBACK_SKEW_SECONDS = envint("ASKCARDS_DINGTALK_CALLBACK_SKEW_SECONDS", 3600)
+# DingTalk signs each callback when it sends it and wants the answer within 2 s (platform §1.6),
+# so a genuine timestamp is seconds old; 5 minutes covers that plus clock drift between DingTalk
+# and an NTP-synced host (the window Feishu callbacks get too). The signature covers only the
+# timestamp, so this is how long a captured pair is worth anything; each pair is accepted once
+# (its receipt is kept a day, callback_receipts_purge — longer than the 2 × skew a pair can stay
+# acceptable), hence the upper bound: the platform's own robot rule of one hour.
+ASKCARDS_DINGTALK_CALLBACK_SKEW_SECONDS = envint("ASKCARDS_DINGTALK_CALLBACK_SKEW_SECONDS", 300, minimum=1, maximum=3600)
 
 LOGGING = {
     "version": 1,
