@@ -229,7 +229,9 @@ ASKCARDS_SURFACES: list[str] = [
 # timestamp, so this is how long a captured pair is worth anything; each pair is accepted once
 # (its receipt is kept a day, callback_receipts_purge — longer than the 2 × skew a pair can stay
 # acceptable), hence the upper bound: the platform's own robot rule of one hour.
-ASKCARDS_DINGTALK_CALLBACK_SKEW_SECONDS = envint("ASKCARDS_DINGTALK_CALLBACK_SKEW_SECONDS", 300, minimum=1, maximum=3600)
+ASKCARDS_DINGTALK_CALLBACK_SKEW_SECONDS = envint(
+    "ASKCARDS_DINGTALK_CALLBACK_SKEW_SECONDS", 300, minimum=1, maximum=3600
+)
 
 LOGGING = {
     "version": 1,

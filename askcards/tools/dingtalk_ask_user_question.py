@@ -500,7 +500,8 @@ def _value_problem(field: dict[str, Any], raw: Any) -> str:
     if kind == "NUMBER":
         return "" if _finite_number(raw) else "expected a number"
     if kind == "TEXT_ARRAY":
-        return "" if isinstance(raw, list) and all(isinstance(item, str) for item in raw) else "expected a list of texts"
+        texts = isinstance(raw, list) and all(isinstance(item, str) for item in raw)
+        return "" if texts else "expected a list of texts"
     if kind not in OPTION_TYPES:
         return "" if isinstance(raw, str) else "expected a text"
     if kind in _CHOICE_OBJECT_TYPES:

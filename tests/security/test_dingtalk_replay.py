@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -162,10 +163,16 @@ def test_a_pair_is_remembered_for_as_long_as_it_can_be_accepted(agent, bot):
     assert CallbackReceipt.objects.count() == 1
 
 
-def test_the_default_window_is_five_minutes(settings):
-    from project import settings as project_settings
+def test_a_pair_signed_more_than_five_minutes_ago_is_refused(agent, bot):
+    ask = ask_for(agent, bot, "staff_a")
+    now_ms = int(time.time() * 1000)
+    headers, body = signed_callback(API_SECRET, timestamp_ms=now_ms - 310_000, **answer_of(ask, "staff_a", "测试"))
+    assert post(bot, headers, body).status_code == 401
+    assert Ask.objects.get(pk=ask.pk).status == "pending"
 
-    assert project_settings.ASKCARDS_DINGTALK_CALLBACK_SKEW_SECONDS == 300
+    headers, body = signed_callback(API_SECRET, timestamp_ms=now_ms - 240_000, **answer_of(ask, "staff_a", "测试"))
+    assert post(bot, headers, body).status_code == 200
+    assert Ask.objects.get(pk=ask.pk).status == "answered"
 
 
 def test_a_window_longer_than_receipts_cover_is_refused_at_startup():
