@@ -223,12 +223,12 @@ ASKCARDS_SURFACES: list[str] = [
     "askcards.surfaces.dingtalk.surface.DingTalkSurface",
 ]
 # DingTalk HTTP card callbacks: how far x-ddpaas-signature-timestamp may be from now (seconds).
-# DingTalk signs each callback when it sends it and wants the answer within 2 s (platform §1.6),
-# so a genuine timestamp is seconds old; 5 minutes covers that plus clock drift between DingTalk
-# and an NTP-synced host (the window Feishu callbacks get too). The signature covers only the
-# timestamp, so this is how long a captured pair is worth anything; each pair is accepted once
-# (its receipt is kept a day, callback_receipts_purge — longer than the 2 × skew a pair can stay
-# acceptable), hence the upper bound: the platform's own robot rule of one hour.
+# The signature covers only the timestamp, so this is how long a captured pair is worth anything
+# (and each pair is accepted once). DingTalk signs a callback when it sends it and wants the answer
+# within 2 s (platform §1.6), so a genuine timestamp is seconds old: 5 minutes covers that plus
+# clock drift between DingTalk and an NTP-synced host (Feishu callbacks get the same window).
+# At most an hour (the platform's robot rule): a pair stays acceptable for at most 2 × skew after
+# it was signed, well within the day its receipt is kept (services.CALLBACK_RECEIPT_TTL).
 ASKCARDS_DINGTALK_CALLBACK_SKEW_SECONDS = envint(
     "ASKCARDS_DINGTALK_CALLBACK_SKEW_SECONDS", 300, minimum=1, maximum=3600
 )
