@@ -500,9 +500,11 @@ class PanelPresence(models.Model):
 
 
 class CallbackReceipt(models.Model):
-    """A platform callback already handled (Feishu ``header.event_id``): a re-delivery is refused.
+    """A platform callback already handled (Feishu ``header.event_id``; a DingTalk HTTP callback's
+    signature pair, ``signature:<sha256>``): a re-delivery or replay is refused.
 
-    Rows older than a day are dropped by the worker; platforms re-deliver within minutes.
+    Rows older than a day are dropped by the worker (services.CALLBACK_RECEIPT_TTL); platforms
+    re-deliver within minutes and a DingTalk pair is acceptable for at most two hours.
     """
 
     platform = models.CharField(max_length=10, choices=Bot.Platform.choices)

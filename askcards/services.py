@@ -462,8 +462,13 @@ def callback_receipt(*, platform: str, event_id: str) -> bool:
         return cursor.rowcount == 1
 
 
+# How long a callback receipt is kept. Feishu re-delivers within minutes; a DingTalk signature
+# pair stays acceptable for at most 2 × ASKCARDS_DINGTALK_CALLBACK_SKEW_SECONDS (≤ 2 h).
+CALLBACK_RECEIPT_TTL = timedelta(days=1)
+
+
 def callback_receipts_purge(*, now=None) -> int:
-    cutoff = (now or timezone.now()) - timedelta(days=1)
+    cutoff = (now or timezone.now()) - CALLBACK_RECEIPT_TTL
     return CallbackReceipt.objects.filter(created_at__lt=cutoff).delete()[0]
 
 
@@ -1059,6 +1064,15 @@ def dingtalk_click(*, ask: Ask, user_id: str, action: str, form: dict[str, Any])
             notice = dingtalk_tool.NOTICE_NOT_RESPONDENT
         _audit_ignored(ask, "not_respondent", actor, DINGTALK_SURFACE)
         return ClickResult("rejected", ask, notice)
+
+    problem = dingtalk_tool.submission_problem(ask.fields or [], form) if action == "submit" else ""
+    if problem and ask.status == Ask.Status.PENDING and clicker.status == Respondent.Status.PENDING:
+        # Not something the card sends (a forged or garbled submit): refused, the ask stays open
+        # for a real answer. A closed ask or a respondent who already responded is answered as
+        # such below, whatever was sent.
+        logger.warning("dingtalk submit for ask %s refused: %s", ask.id, problem)
+        _audit_ignored(ask, "invalid", actor, DINGTALK_SURFACE)
+        return ClickResult("rejected", ask, dingtalk_tool.NOTICE_INVALID)
 
     submission = dingtalk_tool.read_submission(ask.fields or [], form) if action == "submit" else None
     if action == "cancel":

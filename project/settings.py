@@ -29,7 +29,7 @@ def envbool(name: str, default: bool) -> bool:
     raise ImproperlyConfigured(f"{name} must be true/false (or 1/0), got {value!r}")
 
 
-def envint(name: str, default: int, *, minimum: int = 0) -> int:
+def envint(name: str, default: int, *, minimum: int = 0, maximum: int | None = None) -> int:
     value = os.environ.get(name)
     if value is None or value == "":
         return default
@@ -39,6 +39,8 @@ def envint(name: str, default: int, *, minimum: int = 0) -> int:
         raise ImproperlyConfigured(f"{name} must be an integer, got {value!r}") from None
     if number < minimum:
         raise ImproperlyConfigured(f"{name} must be >= {minimum}, got {number}")
+    if maximum is not None and number > maximum:
+        raise ImproperlyConfigured(f"{name} must be <= {maximum}, got {number}")
     return number
 
 
@@ -227,7 +229,15 @@ ASKCARDS_SURFACES: list[str] = [
     "askcards.surfaces.dingtalk.surface.DingTalkSurface",
 ]
 # DingTalk HTTP card callbacks: how far x-ddpaas-signature-timestamp may be from now (seconds).
-ASKCARDS_DINGTALK_CALLBACK_SKEW_SECONDS = envint("ASKCARDS_DINGTALK_CALLBACK_SKEW_SECONDS", 3600)
+# The signature covers only the timestamp, so this is how long a captured pair is worth anything
+# (and each pair is accepted once). DingTalk signs a callback when it sends it and wants the answer
+# within 2 s (platform §1.6), so a genuine timestamp is seconds old: 5 minutes covers that plus
+# clock drift between DingTalk and an NTP-synced host (Feishu callbacks get the same window).
+# At most an hour (the platform's robot rule): a pair stays acceptable for at most 2 × skew after
+# it was signed, well within the day its receipt is kept (services.CALLBACK_RECEIPT_TTL).
+ASKCARDS_DINGTALK_CALLBACK_SKEW_SECONDS = envint(
+    "ASKCARDS_DINGTALK_CALLBACK_SKEW_SECONDS", 300, minimum=1, maximum=3600
+)
 
 LOGGING = {
     "version": 1,

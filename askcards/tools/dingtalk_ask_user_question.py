@@ -11,6 +11,7 @@ so a model gets the reference's error strings, then the published schema for eve
 from __future__ import annotations
 
 import json
+import math
 import unicodedata
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -473,6 +474,66 @@ def read_submission(form_fields: list[dict[str, Any]], form: dict[str, Any]) -> 
     return Submission(answers, raw_values)
 
 
+_CHOICE_OBJECT_TYPES = frozenset({"SELECT", "MULTI_SELECT"})  # sent as {index, value}
+_MULTIPLE_CHOICE_TYPES = frozenset({"MULTI_SELECT", "MULTI_CHECKBOX_GROUP"})
+
+
+def submission_problem(form_fields: list[dict[str, Any]], form: dict[str, Any]) -> str:
+    """Why ``params.form`` is not something this card's form sends ("" when it is): a choice
+    that is not among its field's options, or a value of the wrong type for its field (the shapes
+    of reference §3). Absent, null and "" values are blanks, not problems; a field's own
+    ``defaultValue`` is always accepted. The text names the field, never the value."""
+    for field in form_fields:
+        raw = form.get(field["name"])
+        if raw is None or raw == "" or raw == field.get("defaultValue", field.get("defautValue")):
+            continue
+        problem = _value_problem(field, raw)
+        if problem:
+            return f"field {field['name']!r} ({field['type']}): {problem}"
+    return ""
+
+
+def _value_problem(field: dict[str, Any], raw: Any) -> str:
+    kind = field["type"]
+    if kind in ("CHECKBOX", "SWITCH"):
+        return "" if isinstance(raw, bool) else "expected true or false"
+    if kind == "NUMBER":
+        return "" if _finite_number(raw) else "expected a number"
+    if kind == "TEXT_ARRAY":
+        texts = isinstance(raw, list) and all(isinstance(item, str) for item in raw)
+        return "" if texts else "expected a list of texts"
+    if kind not in OPTION_TYPES:
+        return "" if isinstance(raw, str) else "expected a text"
+    if kind in _CHOICE_OBJECT_TYPES:
+        if not isinstance(raw, dict) or "value" not in raw:
+            return "expected an object {index, value}"
+        raw = raw["value"]
+        if raw is None:
+            return ""
+    if kind in _MULTIPLE_CHOICE_TYPES:
+        if not isinstance(raw, list) or not all(isinstance(item, str) for item in raw):
+            return "expected a list of option values"
+        chosen = raw
+    elif isinstance(raw, str):
+        chosen = [raw]
+    else:
+        return "expected one option value"
+    allowed = {option["value"] for option in field.get("options") or []}
+    if any(value not in allowed for value in chosen if value != ""):
+        return "a value is not one of the field's options"
+    return ""
+
+
+def _finite_number(raw: Any) -> bool:
+    """A JSON number (not a boolean), or a text holding one; never NaN or infinity."""
+    if isinstance(raw, bool) or not isinstance(raw, (int, float, str)):
+        return False
+    try:
+        return math.isfinite(float(raw))
+    except (ValueError, OverflowError):
+        return False
+
+
 def _values(raw: Any) -> list[str]:
     if raw is None:
         return []
@@ -537,6 +598,9 @@ NOTICE_NOT_RESPONDENT = "你不是本次收集的指定填写人，提交未被�
 NOTICE_NO_IDENTITY = "无法确认你的身份，提交未被记录。"
 NOTICE_ALREADY = "你已回应过本次收集，以第一次回应为准。"
 NOTICE_CLOSED = "问题已失效，提交未被记录。"
+# askcards' own text (the reference lets such values through): a choice not among the options or
+# a value of the wrong type for its field.
+NOTICE_INVALID = "提交的内容与表单不符，提交未被记录，请重新填写。"
 INITIATOR_CANCELLED_DESC = "发起人已取消本次收集。"
 COMPLETED_DESC = "已收齐 {count} 人的回应，结果返回发起会话。"
 

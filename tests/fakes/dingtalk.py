@@ -394,11 +394,23 @@ def callback_payload(*, out_track_id: str, user_id: str, question_id: str = "", 
     raise ValueError(f"shape must be one of {SHAPES}")
 
 
+_last_stamp = [0]
+_stamp_lock = threading.Lock()
+
+
+def _fresh_timestamp_ms() -> int:
+    """Now in milliseconds, never the same twice in this process: DingTalk signs each callback
+    afresh, and askcards accepts each signature pair once."""
+    with _stamp_lock:
+        _last_stamp[0] = max(int(time.time() * 1000), _last_stamp[0] + 1)
+        return _last_stamp[0]
+
+
 def signed_callback(api_secret: str, *, timestamp_ms: int | None = None,
                     **payload: Any) -> tuple[dict[str, str], bytes]:
     """Headers and body of an HTTP card callback, signed as DingTalk signs it (keywords as
-    ``callback_payload``)."""
-    timestamp = str(timestamp_ms if timestamp_ms is not None else int(time.time() * 1000))
+    ``callback_payload``); without ``timestamp_ms``, a timestamp no earlier call used."""
+    timestamp = str(timestamp_ms if timestamp_ms is not None else _fresh_timestamp_ms())
     headers = {
         "Content-Type": "application/json",
         "x-ddpaas-signature-timestamp": timestamp,
