@@ -18,6 +18,7 @@ from django.views.decorators.http import require_POST
 
 from askcards import selectors, services
 from askcards.db import in_pool
+from askcards.errors import BotSecretsUnreadable
 from askcards.models import Ask, Bot, CardMessage, ProgressCard
 from askcards.surfaces.dingtalk import callbacks as dingtalk_callbacks
 from askcards.surfaces.dingtalk import surface as dingtalk
@@ -91,7 +92,10 @@ async def _send_json(send, status: int, body: dict, extra_headers=()) -> None:
 
 
 def feishu_handle(app_id: str, headers, raw_body: bytes) -> tuple[int, dict]:
-    bot = selectors.active_bot(platform=Bot.Platform.FEISHU, app_id=app_id)
+    try:
+        bot = selectors.active_bot(platform=Bot.Platform.FEISHU, app_id=app_id)
+    except BotSecretsUnreadable as exc:
+        return exc.status, {"error": str(exc)}
     if bot is None:
         return 404, {"error": "unknown app"}
     try:
@@ -191,7 +195,10 @@ def dingtalk_handle(client_id: str, headers, raw_body: bytes) -> tuple[int, dict
     DingTalk signs the timestamp, not the body (platform §1.4), so a bot without an api_secret
     accepts nothing here (register the route with one: ``askcards_dingtalk_register``).
     """
-    bot = selectors.active_bot(platform=Bot.Platform.DINGTALK, app_id=client_id)
+    try:
+        bot = selectors.active_bot(platform=Bot.Platform.DINGTALK, app_id=client_id)
+    except BotSecretsUnreadable as exc:
+        return exc.status, {"error": str(exc)}
     if bot is None:
         return 404, {"error": "unknown app"}
     if not bot.api_secret:

@@ -34,3 +34,11 @@ class AskNotPending(AskcardsError):
 class Conflict(AskcardsError):
     code = "conflict"
     status = 409
+
+
+class BotSecretsUnreadable(AskcardsError):
+    """A bot's stored secrets cannot be decrypted with the current ASKCARDS_SECRET_KEY: its
+    callbacks are refused until the operator restores the key or re-enters the secrets."""
+
+    code = "bot_secrets_unreadable"
+    status = 503
