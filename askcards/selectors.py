@@ -84,6 +84,7 @@ def active_bot(*, platform: str, app_id: str) -> Bot | None:
 @receiver(post_delete, sender=Bot)
 def forget_active_bots(**kwargs: Any) -> None:
     _active_bots.clear()
+    _unreadable_logged.clear()  # a bot changed: report an unreadable one again
 
 
 def ask_get(*, agent: Agent, ask_id: str) -> Ask:
