@@ -13,7 +13,6 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from axes.models import AccessAttempt
 from asgiref.testing import ApplicationCommunicator
 from django.contrib.auth.models import User
 from django.utils import timezone
@@ -131,6 +130,7 @@ def person(db):
 
 @pytest.mark.parametrize("path", ["/login/", "/admin/login/"])
 def test_guessing_a_password_locks_the_sign_in_for_a_cool_off(client, person, settings, path):
+    from axes.models import AccessAttempt
     for _ in range(settings.AXES_FAILURE_LIMIT - 1):
         response = client.post(path, {"username": "ada", "password": "wrong"})
         assert response.status_code == 200  # the form again, with its error
