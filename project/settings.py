@@ -166,8 +166,9 @@ MIDDLEWARE = [
 AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
 AXES_FAILURE_LIMIT = envint("ASKCARDS_LOGIN_FAILURE_LIMIT", 5, minimum=1)
 AXES_COOLOFF_TIME = timedelta(minutes=envint("ASKCARDS_LOGIN_COOLOFF_MINUTES", 15, minimum=1))
-# Username and address together: guessing one account from one place is stopped, and an attacker
-# cannot lock everyone out (all clients behind one proxy address) nor one user everywhere.
+# Username and address together: guessing one account from one address is stopped, while nobody
+# can lock a user out everywhere or all users of one address. The address is REMOTE_ADDR: behind a
+# proxy run daphne with --proxy-headers so it is the client's, not the proxy's.
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_DISABLE_ACCESS_LOG = True  # successful sign-ins are not recorded (the table would only grow)
