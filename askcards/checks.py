@@ -44,8 +44,8 @@ def askcards_settings(app_configs, **kwargs):
 
 
 def _undecryptable(alias: str, model, label_fields: tuple[str, ...], secret_fields: tuple[str, ...]) -> list[str]:
-    """Names of the rows of ``model`` holding a secret the current key cannot decrypt, with the
-    fields concerned. Reads the stored ciphertexts directly (the model field would raise)."""
+    """The rows of ``model`` holding a secret the current key cannot decrypt, as "<label fields>
+    (<secret fields>)". Reads the stored ciphertexts directly (the model field would raise)."""
     connection = connections[alias]
     table = model._meta.db_table
     if table not in connection.introspection.table_names():
@@ -86,8 +86,9 @@ def askcards_stored_secrets(app_configs, databases=None, **kwargs):
     problems = []
     for alias in databases:
         bot_secrets = ("app_secret", "verification_token", "encrypt_key", "api_secret")
-        found = [f"{name.replace(' ', ' bot ', 1)}" for name in _undecryptable(alias, Bot, ("platform", "app_id"), bot_secrets)]
-        found += [f"agent {name}" for name in _undecryptable(alias, Agent, ("name",), ("webhook_secret",))]
+        bots = _undecryptable(alias, Bot, ("platform", "app_id"), bot_secrets)
+        found = [row.replace(" ", " bot ", 1) for row in bots]  # "feishu bot cli_x (app_secret)"
+        found += [f"agent {row}" for row in _undecryptable(alias, Agent, ("name",), ("webhook_secret",))]
         if found:
             problems.append(
                 Error(

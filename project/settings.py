@@ -112,7 +112,8 @@ def _proxy_ssl_header(value: str) -> tuple[str, str] | None:
     name, expected = name.strip(), expected.strip() or "https"
     if not name or not all(ch.isalnum() or ch == "-" for ch in name) or not expected.isalnum():
         raise ImproperlyConfigured(
-            f"ASKCARDS_PROXY_SSL_HEADER must be a header name like X-Forwarded-Proto (optionally ': https'), got {value!r}"
+            "ASKCARDS_PROXY_SSL_HEADER must be a header name like X-Forwarded-Proto (optionally "
+            f"followed by ': https'), got {value!r}"
         )
     return "HTTP_" + name.upper().replace("-", "_"), expected
 

@@ -24,7 +24,8 @@ PUBLIC_URL = "https://askcards.example.com"
 def _env(data_dir: Path, **extra: str) -> dict[str, str]:
     """A clean embedded-default environment (whatever this shell has set) plus ``extra``."""
     drop = {"DATABASE_URL", "REDIS_URL", "ALLOWED_HOSTS", "DEBUG", "ASKCARDS_PUBLIC_URL", "ASKCARDS_SECRET_KEY"}
-    env = {k: v for k, v in os.environ.items() if k not in drop and not k.startswith(("ASKCARDS_HSTS", "ASKCARDS_SSL", "ASKCARDS_PROXY"))}
+    ours = ("ASKCARDS_HSTS", "ASKCARDS_SSL", "ASKCARDS_PROXY")
+    env = {k: v for k, v in os.environ.items() if k not in drop and not k.startswith(ours)}
     env.update(ASKCARDS_DATA_DIR=str(data_dir), DJANGO_SETTINGS_MODULE="project.settings", **extra)
     return env
 
@@ -204,7 +205,7 @@ async def test_api_docs_load_swagger_ui_from_our_own_static_files():
     parser = _Links()
     parser.feed(page)
     # Every URL the page loads, including those its script builds, is on this server.
-    assert not re.search(r"https?://|//cdn|jsdelivr|unpkg", page), re.findall(r"[\w.:/-]*(?:https?://|cdn)[\w.:/-]*", page)
+    assert not re.search(r"https?://|//cdn|jsdelivr|unpkg", page), page
     scripts_and_styles = [url for url in parser.urls if url.startswith("/static/")]
     assert any(url.endswith("swagger-ui-bundle.js") for url in scripts_and_styles)
     assert any(url.endswith("swagger-ui.css") for url in scripts_and_styles)

@@ -37,6 +37,10 @@ def _env(data_dir: Path) -> dict[str, str]:
     return env
 
 
+def _run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+
+
 def _mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
 
@@ -85,7 +89,8 @@ def test_database_files_are_private(tmp_path):
     subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True, timeout=120)
     assert _mode(data_dir) == 0o700
     assert _mode(data_dir / "askcards.sqlite3") == 0o600
-    done = subprocess.run([sys.executable, "-c", LIST_FILES], cwd=ROOT, env=env, check=True, timeout=60, capture_output=True, text=True)
+    done = _run(env, "-c", LIST_FILES)
+    assert done.returncode == 0, done.stderr
     modes = json.loads(done.stdout.strip().splitlines()[-1])
     assert {"askcards.sqlite3", "askcards.sqlite3-wal", "askcards.sqlite3-shm", "secret_key"} <= modes.keys()
     assert set(modes.values()) == {"0o600"}, modes
@@ -96,7 +101,8 @@ def test_a_database_left_readable_by_others_is_tightened(tmp_path):
     env = _env(data_dir)
     subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True, timeout=120)
     (data_dir / "askcards.sqlite3").chmod(0o644)  # as earlier versions created it
-    done = subprocess.run([sys.executable, "-c", LIST_FILES], cwd=ROOT, env=env, check=True, timeout=60, capture_output=True, text=True)
+    done = _run(env, "-c", LIST_FILES)
+    assert done.returncode == 0, done.stderr
     modes = json.loads(done.stdout.strip().splitlines()[-1])
     assert modes["askcards.sqlite3"] == "0o600"
 
@@ -105,7 +111,7 @@ def test_an_empty_key_file_is_a_clear_configuration_error(tmp_path):
     data_dir = tmp_path / "data"
     data_dir.mkdir()
     (data_dir / "secret_key").write_text("")  # what a crash of an earlier version could leave
-    done = subprocess.run([sys.executable, "-c", PRINT_KEY, "0"], cwd=ROOT, env=_env(data_dir), capture_output=True, text=True, timeout=60)
+    done = _run(_env(data_dir), "-c", PRINT_KEY, "0")
     assert done.returncode != 0
     assert "secret_key is empty" in done.stderr
 
@@ -147,9 +153,7 @@ def test_the_worker_reports_them_at_start_and_keeps_working(secrets_under_anothe
 @pytest.mark.django_db
 def test_the_check_passes_before_the_first_migration(tmp_path):
     env = _env(tmp_path / "fresh")
-    done = subprocess.run(
-        [sys.executable, "manage.py", "check", "--database", "default"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
-    )
+    done = _run(env, "manage.py", "check", "--database", "default")
     assert done.returncode == 0, done.stderr
     subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True, timeout=120)
 
