@@ -16,6 +16,7 @@ from django.views.decorators.http import require_POST
 
 from askcards import edge, selectors, services
 from askcards.db import in_pool
+from askcards.errors import BotSecretsUnreadable
 from askcards.models import Ask, Bot, CardMessage, ProgressCard
 from askcards.surfaces.dingtalk import callbacks as dingtalk_callbacks
 from askcards.surfaces.dingtalk import surface as dingtalk
@@ -82,7 +83,10 @@ class CallbackApp:
 
 
 def feishu_handle(app_id: str, headers, raw_body: bytes) -> tuple[int, dict]:
-    bot = selectors.active_bot(platform=Bot.Platform.FEISHU, app_id=app_id)
+    try:
+        bot = selectors.active_bot(platform=Bot.Platform.FEISHU, app_id=app_id)
+    except BotSecretsUnreadable as exc:
+        return exc.status, {"error": str(exc)}
     if bot is None:
         return 404, {"error": "unknown app"}
     try:
@@ -185,7 +189,10 @@ def dingtalk_handle(client_id: str, headers, raw_body: bytes) -> tuple[int, dict
     whose callback failed (rolled back) still works for DingTalk's retry, and any later use of an
     accepted pair — whatever body it carries — is refused with 401 and changes nothing.
     """
-    bot = selectors.active_bot(platform=Bot.Platform.DINGTALK, app_id=client_id)
+    try:
+        bot = selectors.active_bot(platform=Bot.Platform.DINGTALK, app_id=client_id)
+    except BotSecretsUnreadable as exc:
+        return exc.status, {"error": str(exc)}
     if bot is None:
         return 404, {"error": "unknown app"}
     if not bot.api_secret:

@@ -1,8 +1,12 @@
-"""System checks with hints for misconfiguration (run by every manage.py command)."""
+"""System checks with hints for misconfiguration (run by every manage.py command; the database
+check below by ``check --database default``, and by serve and askcards_worker at start)."""
 from __future__ import annotations
 
 from django.conf import settings
-from django.core.checks import Error, Warning, register
+from django.core.checks import Error, Tags, Warning, register
+from django.db import connections
+
+from . import crypto
 
 
 @register()
@@ -36,4 +40,65 @@ def askcards_settings(app_configs, **kwargs):
                 id="askcards.E001",
             )
         )
+    return problems
+
+
+def _undecryptable(alias: str, model, label_fields: tuple[str, ...], secret_fields: tuple[str, ...]) -> list[str]:
+    """The rows of ``model`` holding a secret the current key cannot decrypt, as "<label fields>
+    (<secret fields>)". Reads the stored ciphertexts directly (the model field would raise)."""
+    connection = connections[alias]
+    table = model._meta.db_table
+    if table not in connection.introspection.table_names():
+        return []  # not migrated yet (e.g. check during the first migrate)
+    quote = connection.ops.quote_name
+    with connection.cursor() as cursor:
+        # `migrate` runs this check before migrating: a secret column added by a pending migration
+        # is not there yet (nothing stored in it either).
+        present = {column.name for column in connection.introspection.get_table_description(cursor, table)}
+        secret_fields = tuple(name for name in secret_fields if model._meta.get_field(name).column in present)
+        columns = [model._meta.get_field(name).column for name in label_fields + secret_fields]
+        cursor.execute(f"SELECT {', '.join(map(quote, columns))} FROM {quote(table)}")
+        rows = cursor.fetchall()
+    found = []
+    for row in rows:
+        labels, tokens = row[: len(label_fields)], row[len(label_fields) :]
+        bad = []
+        for name, token in zip(secret_fields, tokens):
+            if not token:
+                continue
+            try:
+                crypto.decrypt(token)
+            except crypto.UndecryptableSecret:
+                bad.append(name)
+        if bad:
+            found.append(f"{' '.join(map(str, labels))} ({', '.join(bad)})")
+    return found
+
+
+@register(Tags.database)
+def askcards_stored_secrets(app_configs, databases=None, **kwargs):
+    """Every stored secret must decrypt with the current key; otherwise say which rows (never the
+    secret) before callbacks start failing."""
+    if not databases:
+        return []
+    from .models import Agent, Bot
+
+    problems = []
+    for alias in databases:
+        bot_secrets = ("app_secret", "verification_token", "encrypt_key", "api_secret")
+        bots = _undecryptable(alias, Bot, ("platform", "app_id"), bot_secrets)
+        found = [row.replace(" ", " bot ", 1) for row in bots]  # "feishu bot cli_x (app_secret)"
+        found += [f"agent {row}" for row in _undecryptable(alias, Agent, ("name",), ("webhook_secret",))]
+        if found:
+            problems.append(
+                Error(
+                    f"Stored secrets cannot be decrypted with the current ASKCARDS_SECRET_KEY: {'; '.join(found)}.",
+                    hint="Set ASKCARDS_SECRET_KEY to the key they were saved with (or restore the data "
+                    "directory's secret_key file). If that key is lost, delete these bots and agents and "
+                    "add them again (askcards_bot add, askcards_agent create). Until then these bots' "
+                    "callbacks answer 503.",
+                    id="askcards.E002",
+                    obj=alias,
+                )
+            )
     return problems

@@ -30,6 +30,13 @@ def encrypt(plaintext: str) -> str:
     return _fernet().encrypt(plaintext.encode()).decode()
 
 
+class UndecryptableSecret(ValueError):
+    """A stored secret the current key cannot decrypt (ASKCARDS_SECRET_KEY changed or was lost).
+
+    ``manage.py check --database default`` names the rows (askcards.E002); serve and the worker
+    run that check at start."""
+
+
 def decrypt(token: str) -> str:
     return _decrypt(token, settings.SECRET_KEY)
 
@@ -42,7 +49,7 @@ def _decrypt(token: str, secret_key: str) -> str:
     try:
         return _fernet_for(secret_key).decrypt(token.encode()).decode()
     except InvalidToken:
-        raise ValueError(
+        raise UndecryptableSecret(
             "stored secret cannot be decrypted: ASKCARDS_SECRET_KEY differs from the one it was saved with"
         ) from None
 

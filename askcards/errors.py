@@ -42,3 +42,11 @@ class WebUserNotGranted(AskcardsError):
 
     code = "web_user_not_granted"
     status = 403
+
+
+class BotSecretsUnreadable(AskcardsError):
+    """A bot's stored secrets cannot be decrypted with the current ASKCARDS_SECRET_KEY: its
+    callbacks are refused until the operator restores the key or re-enters the secrets."""
+
+    code = "bot_secrets_unreadable"
+    status = 503

@@ -1,6 +1,7 @@
 """Shared reads and the public shapes of asks and events (API, events feed and webhooks agree)."""
 from __future__ import annotations
 
+import logging
 import time
 from datetime import datetime
 from typing import Any
@@ -10,7 +11,8 @@ from django.db.models import QuerySet
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 
-from .errors import NotFound
+from . import crypto
+from .errors import BotSecretsUnreadable, NotFound
 from .models import Agent, Ask, Bot, OutboxEvent, ProgressCard, Session
 
 
@@ -49,16 +51,35 @@ def web_user_granted(*, agent: Agent, web_user: str) -> bool:
 BOT_CACHE_SECONDS = 10.0
 _clock = time.monotonic  # the cache's clock (tests move it forward)
 _active_bots: dict[tuple[str, str], tuple[float, Bot]] = {}
+_unreadable_logged: set[tuple[str, str]] = set()
+logger = logging.getLogger(__name__)
 
 
 def active_bot(*, platform: str, app_id: str) -> Bot | None:
-    """The active bot of this platform and app id, or None. Callers must not change it."""
+    """The active bot of this platform and app id, or None. Callers must not change it.
+
+    Raises BotSecretsUnreadable when the bot's secrets cannot be decrypted (logged once per
+    process and bot, without the secrets)."""
     key = (platform, app_id)
     cached = _active_bots.get(key)
     now = _clock()
     if cached is not None and cached[0] > now:
         return cached[1]
-    bot = unique_row(Bot.objects.filter(platform=platform, app_id=app_id, is_active=True))
+    try:
+        bot = unique_row(Bot.objects.filter(platform=platform, app_id=app_id, is_active=True))
+    except crypto.UndecryptableSecret:
+        if key not in _unreadable_logged:
+            _unreadable_logged.add(key)
+            logger.error(
+                "%s bot %s: its stored secrets cannot be decrypted with the current ASKCARDS_SECRET_KEY; "
+                "its callbacks are refused (503). See manage.py check --database default.",
+                platform,
+                app_id,
+            )
+        raise BotSecretsUnreadable(
+            f"{platform} app {app_id} is unavailable: the server cannot read its stored secrets "
+            "(its operator has been told); try again later"
+        ) from None
     if bot is None:
         _active_bots.pop(key, None)
     else:
@@ -70,6 +91,7 @@ def active_bot(*, platform: str, app_id: str) -> Bot | None:
 @receiver(post_delete, sender=Bot)
 def forget_active_bots(**kwargs: Any) -> None:
     _active_bots.clear()
+    _unreadable_logged.clear()  # a bot changed: report an unreadable one again
 
 
 def ask_get(*, agent: Agent, ask_id: str) -> Ask:

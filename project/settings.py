@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import secrets
+import tempfile
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -48,25 +50,43 @@ DEBUG = envbool("DEBUG", False)
 DATA_DIR = Path(os.environ.get("ASKCARDS_DATA_DIR") or BASE_DIR / "var")
 
 
+def _private_dir(path: Path) -> Path:
+    """Create the data directory readable by this user only (0700). An existing directory keeps
+    its mode (an operator may share it, e.g. STATIC_ROOT with a web server); the files in it that
+    hold secrets are 0600 either way (the key here, the database in askcards/db/sqlite3)."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return path
+
+
 def _secret_key() -> str:
-    """ASKCARDS_SECRET_KEY, else a random key generated once and kept in the data directory.
+    """ASKCARDS_SECRET_KEY, else a random key generated once and kept in the data directory (0600).
 
     The key also encrypts bot secrets at rest, so losing it makes stored secrets unreadable.
     Several hosts must share one explicit ASKCARDS_SECRET_KEY (a system check says so).
+    Processes that start together agree on one key: each writes its candidate to a private
+    temporary file and links it into place, which succeeds for exactly one of them (a link never
+    replaces an existing file); the others read the winner's complete file.
     """
     key = os.environ.get("ASKCARDS_SECRET_KEY")
     if key:
         return key
-    key_file = DATA_DIR / "secret_key"
-    try:
-        return key_file.read_text().strip()
-    except FileNotFoundError:
-        DATA_DIR.mkdir(parents=True, exist_ok=True)
-        key = secrets.token_urlsafe(50)
-        fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(key)
-        return key
+    key_file = _private_dir(DATA_DIR) / "secret_key"
+    if not key_file.exists():
+        fd, tmp = tempfile.mkstemp(dir=DATA_DIR, prefix=".secret_key.")  # created 0600
+        try:
+            with os.fdopen(fd, "w") as fh:
+                fh.write(secrets.token_urlsafe(50))
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.link(tmp, key_file)
+        except FileExistsError:
+            pass  # another process won the race: its key is complete, read it below
+        finally:
+            os.unlink(tmp)
+    key = key_file.read_text().strip()
+    if not key:
+        raise ImproperlyConfigured(f"{key_file} is empty: delete it to generate a new key, or set ASKCARDS_SECRET_KEY")
+    return key
 
 
 SECRET_KEY = _secret_key()
@@ -83,6 +103,37 @@ if not ALLOWED_HOSTS:
         ALLOWED_HOSTS.append(urlsplit(ASKCARDS_PUBLIC_URL).hostname or "")
 CSRF_TRUSTED_ORIGINS = [ASKCARDS_PUBLIC_URL] if ASKCARDS_PUBLIC_URL else []
 
+
+def _proxy_ssl_header(value: str) -> tuple[str, str] | None:
+    """ASKCARDS_PROXY_SSL_HEADER=X-Forwarded-Proto (or "X-Forwarded-Proto: https"): the header a
+    TLS-terminating proxy sets on requests that came in over https. Only set it behind a proxy
+    that overwrites the header, or any client can claim https."""
+    if not value.strip():
+        return None
+    name, _, expected = value.partition(":")
+    name, expected = name.strip(), expected.strip() or "https"
+    if not name or not all(ch.isalnum() or ch == "-" for ch in name) or not expected.isalnum():
+        raise ImproperlyConfigured(
+            "ASKCARDS_PROXY_SSL_HEADER must be a header name like X-Forwarded-Proto (optionally "
+            f"followed by ': https'), got {value!r}"
+        )
+    return "HTTP_" + name.upper().replace("-", "_"), expected
+
+
+SECURE_PROXY_SSL_HEADER = _proxy_ssl_header(os.environ.get("ASKCARDS_PROXY_SSL_HEADER", ""))
+# Served over https (ASKCARDS_PUBLIC_URL=https://…): cookies only over TLS, HSTS, http redirected to
+# https (except /healthz, which load balancers probe over plain http). Local use over http keeps
+# plain cookies so the panel login works on http://127.0.0.1.
+HTTPS = ASKCARDS_PUBLIC_URL.startswith("https://")
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = HTTPS
+SESSION_COOKIE_HTTPONLY = True
+SECURE_HSTS_SECONDS = envint("ASKCARDS_HSTS_SECONDS", 365 * 24 * 3600) if HTTPS else 0
+SECURE_HSTS_INCLUDE_SUBDOMAINS = SECURE_HSTS_PRELOAD = HTTPS and SECURE_HSTS_SECONDS > 0
+SECURE_SSL_REDIRECT = HTTPS and envbool("ASKCARDS_SSL_REDIRECT", True)
+SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+SECURE_CONTENT_TYPE_NOSNIFF = True
+X_FRAME_OPTIONS = "DENY"
+
 INSTALLED_APPS = [
     "daphne",
     "django.contrib.admin",
@@ -93,6 +144,8 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI's files, served from our static files (no CDN)
+    "axes",  # login throttling (AXES_* below)
     "channels",
     "askcards",
 ]
@@ -105,7 +158,24 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "axes.middleware.AxesMiddleware",  # last: turns a locked-out sign-in into the 429 page
 ]
+
+# Sign-in throttling (/login/ and /admin/login/) by django-axes: failed attempts are rows in the
+# database, so every process of a deployment (SQLite or PostgreSQL, with or without Redis) counts
+# the same attempts. After ASKCARDS_LOGIN_FAILURE_LIMIT wrong passwords for one username from one
+# address, that pair is refused (429) for ASKCARDS_LOGIN_COOLOFF_MINUTES, even with the right
+# password; a success resets the count. `manage.py axes_reset` lifts every lockout.
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+AXES_FAILURE_LIMIT = envint("ASKCARDS_LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=envint("ASKCARDS_LOGIN_COOLOFF_MINUTES", 15, minimum=1))
+# Username and address together: guessing one account from one address is stopped, while nobody
+# can lock a user out everywhere or all users of one address. The address is REMOTE_ADDR: behind a
+# proxy run daphne with --proxy-headers so it is the client's, not the proxy's.
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_DISABLE_ACCESS_LOG = True  # successful sign-ins are not recorded (the table would only grow)
+AXES_HTTP_RESPONSE_CODE = 429
 
 ROOT_URLCONF = "project.urls"
 ASGI_APPLICATION = "project.asgi.application"
@@ -143,7 +213,7 @@ if DATABASE_URL:
         # connection instead of on every request.
         DATABASES["default"]["OPTIONS"].update(server_side_binding=True, prepare_threshold=5)
 else:
-    DATA_DIR.mkdir(parents=True, exist_ok=True)
+    _private_dir(DATA_DIR)
     DATABASES = {
         "default": {
             # Django's SQLite backend, with this process's writers queued on a lock (see there).
@@ -210,6 +280,12 @@ SPECTACULAR_SETTINGS = {
     "SERVE_AUTHENTICATION": [],
     "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
     "COMPONENT_SPLIT_REQUEST": True,
+    # Named here so the schema's enum names are stable (and check --deploy has nothing to warn).
+    "ENUM_NAME_OVERRIDES": {"ProgressStatusEnum": "askcards.models.ProgressCard.Status"},
+    # /api/docs/ loads Swagger UI from drf-spectacular-sidecar's static files, not a CDN.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
 }
 
 # askcards
@@ -245,5 +321,9 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}, "daphne": {"level": "WARNING"}},
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+        "daphne": {"level": "WARNING"},
+        "axes.apps": {"level": "WARNING"},  # its start-up banner, in every command
+    },
 }

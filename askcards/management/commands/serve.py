@@ -4,8 +4,10 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from django.core import checks
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
+from django.db import DEFAULT_DB_ALIAS
 
 logger = logging.getLogger(__name__)
 
@@ -29,6 +31,9 @@ class Command(BaseCommand):
         host, port = parse_addrport(addrport)
         if not no_migrate:
             call_command("migrate", interactive=False, verbosity=0)
+        # The database checks (stored secrets the key cannot decrypt: askcards.E002) are printed,
+        # not fatal: the web panel and the other bots keep working while the operator fixes them.
+        self.check(databases=[DEFAULT_DB_ALIAS], tags=[checks.Tags.database], fail_level=checks.CRITICAL)
         from daphne.endpoints import build_endpoint_description_strings
         from daphne.server import Server
 
