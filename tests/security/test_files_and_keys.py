@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from rest_framework.test import APIClient
 from django.core.management import call_command
 
 from askcards import checks, services
@@ -168,3 +169,12 @@ def test_a_callback_for_such_a_bot_is_refused_cleanly(secrets_under_another_key,
     assert len(refusals) == 1  # logged once, not on every callback (Django adds its one-line request log)
     assert not any(r.exc_info for r in caplog.records)
     assert BOT_SECRET not in caplog.text and ENCRYPT_KEY not in caplog.text
+
+
+def test_an_agent_whose_webhook_secret_is_unreadable_still_uses_the_api(transactional_db, settings):
+    _, key = services.agent_create(name="hooked", webhook_url="https://hooks.example.com/a")
+    settings.SECRET_KEY = "a-different-key-" + "x" * 40
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+    response = api.get("/api/v1/asks")
+    assert response.status_code == 200, response.content
