@@ -268,3 +268,15 @@ async def no_socket(scope, receive, send):
     message = await receive()
     if message["type"] == "websocket.connect":
         await send({"type": "websocket.close", "code": 4404})
+
+
+class RefusalWithoutTraceback(logging.Filter):
+    """For Django's ``django.security.*`` loggers: a refused request (a bad ``Host``, a path that
+    escapes a folder, a body over the limit) is the client's error, answered 400 by Django. Logged
+    as one warning line, like the refusals above, not as an ERROR with a traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.exc_info, record.exc_text = None, None
+        if record.levelno > logging.WARNING:
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True

@@ -319,9 +319,18 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "filters": {"refusal": {"()": "askcards.edge.RefusalWithoutTraceback"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     "loggers": {
+        # Django logs each of these refusals (its 400s) on its own logger, with a traceback.
+        **{
+            f"django.security.{name}": {"filters": ["refusal"]}
+            for name in ("DisallowedHost", "SuspiciousOperation", "SuspiciousFileOperation", "RequestDataTooBig",
+                         "TooManyFieldsSent", "TooManyFilesSent", "DisallowedRedirect", "DisallowedModelAdminLookup",
+                         "DisallowedModelAdminToField", "InvalidSessionKey", "SuspiciousSession",
+                         "SuspiciousMultipartForm", "csrf")
+        },
         "django.db.backends": {"level": "WARNING"},
         "daphne": {"level": "WARNING"},
         "axes.apps": {"level": "WARNING"},  # its start-up banner, in every command

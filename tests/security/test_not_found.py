@@ -51,3 +51,12 @@ async def test_static_path_escaping_the_static_directories_is_404(path, caplog):
     assert response.status == 404
     assert b"SECRET_KEY" not in response.body
     _no_errors(caplog)
+
+
+@pytest.mark.parametrize("path", ["/panel/", "/login/", "/admin/", "/api/v1/asks", "/healthz"])
+async def test_a_host_django_does_not_serve_is_a_400_without_traceback(path, caplog):
+    with caplog.at_level(logging.INFO):
+        response = await call("GET", path, host="evil.example.com")
+    assert response.status == 400
+    _no_errors(caplog)
+    assert any(r.name == "django.security.DisallowedHost" for r in caplog.records)  # still logged, as a warning
