@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from askcards import jsonlimits
-from askcards.tools.ask_user_questions import normalise_answers
+from askcards.tools.ask_user_questions import CUSTOM_MAX_CHARS, normalise_answers
 
 from .cards import ASK_KIND, PROGRESS_KIND
 from .security import MAX_BODY_BYTES, microseconds
@@ -24,7 +24,6 @@ ASK_ID = re.compile(r"q_[0-9a-f]{32}")
 FORM_NAME = re.compile(r"(?:ask|submit)_([0-9]{1,3})")
 FIELD_NAME = re.compile(r"[qc]([0-9]{1,3})_([0-9]{1,3})")
 OPTION_VALUE = re.compile(r"[0-9]{1,3}")
-CUSTOM_MAX_CHARS = 1000  # the card's input max_length
 # Ids, names and kinds are short (an open_id is 35 characters, an event_id 32); 200 is the
 # narrowest column they reach (CallbackReceipt.event_id; "respondent:<open_id>" in AskEvent.actor).
 ID_MAX_CHARS = 200
