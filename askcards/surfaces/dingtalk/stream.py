@@ -95,8 +95,8 @@ class StreamClient:
         except requests.RequestException as exc:
             raise StreamError(f"DingTalk {OPEN_PATH} did not answer: {type(exc).__name__}") from None
         try:
-            data = response.json()
-        except ValueError:
+            data = jsonlimits.load(response.content, what=f"DingTalk's answer to {OPEN_PATH}")
+        except jsonlimits.JSONRefused:
             data = None
         if response.status_code != 200 or not isinstance(data, dict):
             code = data.get("code") if isinstance(data, dict) else ""
