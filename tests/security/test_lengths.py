@@ -155,3 +155,18 @@ def test_agent_name_over_100_characters_is_a_form_error_in_the_admin(admin_clien
 def test_agent_name_of_100_characters_is_accepted(db):
     agent, _ = services.agent_create(name="a" * 100)
     assert Agent.objects.get(pk=agent.pk).name == "a" * 100
+
+
+# ----------------------------------------------------------------------- ids from tool arguments
+
+
+@pytest.mark.django_db(transaction=True)
+def test_dingtalk_respondent_id_longer_than_its_column_once_case_folded_is_a_tool_error(settings, agent, fake_dingtalk):
+    settings.ASKCARDS_SURFACES = ["askcards.surfaces.dingtalk.surface.DingTalkSurface"]
+    session = dingtalk.make_session(agent, dingtalk.make_bot(fake_dingtalk), key="dingtalk/group/cid", chat_type="group",
+                                    chat_id="cid")
+    target = {"type": "group", "id": "cid", "respondentUserIds": ["ß" * 200]}  # 400 characters once case-folded
+    outcome, details = dingtalk.create(agent, session, {"fields": dingtalk.FIELDS, "target": target})
+    assert outcome.status == "failed"
+    assert details["status"] == "failed" and details["error"]
+    assert not Respondent.objects.exists()
