@@ -18,6 +18,7 @@ logger = logging.getLogger(__name__)
 # text (3 bytes each in CJK), about 15 KB. 64 KB leaves room and bounds what one frame costs us.
 MAX_MESSAGE_BYTES = 64 * 1024
 
+
 @database_sync_to_async
 def _ask_for(username: str, ask_id: str) -> Ask | None:
     return Ask.objects.select_related("session").filter(pk=ask_id, session__web_user=username).first()

@@ -99,7 +99,8 @@ def parse_callback(payload: Any) -> CardCallback:
     """Read one card callback (bytes, str or an already decoded object). Raises MalformedCallback,
     also for text no database stores (NUL, lone surrogates; object keys too) and over-long values."""
     body = _as_object(_decode(payload), "callback body")
-    _check_text(body, "callback body")
+    if not isinstance(payload, (bytes, bytearray, str)):  # text was checked by the loader
+        _check_text(body, "callback body")
     content = _as_object(body.get("content"), "content", optional=True)
     value = _as_object(body.get("value"), "value", optional=True)
     private = (
