@@ -93,6 +93,9 @@ def feishu_handle(app_id: str, headers, raw_body: bytes) -> tuple[int, dict]:
         payload = feishu_security.open_callback(
             headers, raw_body, encrypt_key=bot.encrypt_key, verification_token=bot.verification_token
         )
+    except feishu_security.MalformedBody as exc:
+        logger.warning("feishu callback for app %s unreadable: %s", app_id, exc)
+        return 400, {"error": str(exc)}
     except feishu_security.CallbackRejected as exc:
         logger.warning("feishu callback for app %s rejected: %s", app_id, exc)
         return 401, {"error": str(exc)}

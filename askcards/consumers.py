@@ -8,13 +8,15 @@ from urllib.parse import parse_qs
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from askcards import services
+from askcards import jsonlimits, services
 from askcards.models import Ask
 from askcards.surfaces import web
 
 logger = logging.getLogger(__name__)
 
-
+# A panel message is one answer: at most 4 questions of a few labels and 1000 characters of other
+# text (3 bytes each in CJK), about 15 KB. 64 KB leaves room and bounds what one frame costs us.
+MAX_MESSAGE_BYTES = 64 * 1024
 
 
 @database_sync_to_async
@@ -60,6 +62,17 @@ class PanelConsumer(AsyncJsonWebsocketConsumer):
             await asyncio.sleep(web.HEARTBEAT_SECONDS)
             await database_sync_to_async(web.presence_touch)(username=self.username, channel_name=self.channel_name)
 
+    async def receive(self, text_data=None, bytes_data=None, **kwargs):
+        """Every frame is parsed by ``jsonlimits.load``; what it refuses gets an error message and
+        the socket stays open (Channels' own decoding raises, which closes it)."""
+        try:
+            content = jsonlimits.load(text_data if text_data is not None else bytes_data or b"",
+                                      what="message", max_bytes=MAX_MESSAGE_BYTES, text=False)
+        except jsonlimits.JSONRefused as exc:
+            await self.send_json({"type": "error", "error": str(exc)})
+            return
+        await self.receive_json(content, **kwargs)
+
     async def receive_json(self, content, **kwargs):
         if not isinstance(content, dict) or content.get("type") != "ask_user_questions_result":
             await self.send_json({"type": "error", "error": "expected {\"type\": \"ask_user_questions_result\", …}"})
@@ -67,6 +80,13 @@ class PanelConsumer(AsyncJsonWebsocketConsumer):
         request_id = content.get("requestId")
         if not isinstance(request_id, str):
             await self.send_json({"type": "ask_user_questions_ack", "requestId": request_id, "ok": False, "error": "requestId must be a string"})
+            return
+        try:
+            # After requestId, so the refusal is an ack the panel can match to its form.
+            jsonlimits.check_text(content, "message")
+        except jsonlimits.JSONRefused as exc:
+            await self.send_json({"type": "ask_user_questions_ack", "requestId": request_id, "ok": False,
+                                  "error": f"invalid: {exc}"})
             return
         outcome = await _answer(self.username, request_id, content.get("answers"))
         if outcome is None:
@@ -77,12 +97,6 @@ class PanelConsumer(AsyncJsonWebsocketConsumer):
         if not outcome.accepted:
             reply["error"] = outcome.error
         await self.send_json(reply)
-
-    async def decode_json(self, text_data):
-        try:
-            return await super().decode_json(text_data)
-        except ValueError:
-            return None
 
     # Channel-layer handlers. The group is this user's own, so its messages are theirs to see.
     async def panel_show(self, event):

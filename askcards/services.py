@@ -18,11 +18,11 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, connection, models, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from . import crypto, events, netguard, outbox, selectors, surfaces, tools
+from . import crypto, events, jsonlimits, netguard, outbox, selectors, surfaces, tools
 from .db import append_row
 from .errors import InvalidInput, UnknownTool, WebUserNotGranted
 from .models import Agent, Ask, AskEvent, Bot, CallbackReceipt, CardMessage, OutboxEvent, ProgressCard, Respondent, Session
@@ -253,16 +253,12 @@ def _deliver(ask: Ask, shown_on: list[Any], failure_result=None) -> bool:
 
 
 def _reject_nul(value: Any, path: str) -> None:
-    """PostgreSQL stores no NUL character in text or jsonb, and no question needs one."""
-    if isinstance(value, str):
-        if "\x00" in value:
-            raise tools.ToolInputError(f"{path}: text must not contain NUL (\\u0000) characters")
-    elif isinstance(value, dict):
-        for name, item in value.items():
-            _reject_nul(item, f"{path}.{name}")
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            _reject_nul(item, f"{path}[{index}]")
+    """The text rule of every entry (``jsonlimits.check_text``: no NUL, no lone surrogate, keys
+    too), for callers that hand over decoded values; the API's parser refuses such bodies first."""
+    try:
+        jsonlimits.check_text(value, path)
+    except jsonlimits.JSONRefused as exc:
+        raise tools.ToolInputError(str(exc)) from None
 
 
 def _existing_outcome(ask: Ask, session: Session, name: str) -> ToolCallOutcome:
@@ -332,8 +328,9 @@ def ask_answer(
         _audit_ignored(ask, "not_respondent", actor, surface)
         return AnswerOutcome(False, ask, "not_respondent")
     try:
+        jsonlimits.check_text(answers, "answers")  # every surface's answers: the panel's, Feishu's
         normalised = ask_user_questions.normalise_answers(ask.questions or [], answers)
-    except ValueError as exc:
+    except ValueError as exc:  # JSONRefused too
         return AnswerOutcome(False, ask, f"invalid: {exc}")
     tool = tools.get(ask.tool)
     result = tool.answers_result(ask.questions or [], normalised) if tool else {"answers": normalised}
@@ -725,6 +722,7 @@ def agent_create(
     name, a refused webhook URL or an unknown username."""
     if not name.strip():
         raise InvalidInput("agent name must not be blank")
+    _check_columns(Agent, name=name, webhook_url=webhook_url)
     webhook_url = agent_webhook_url_check(url=webhook_url)
     if Agent.objects.filter(name=name).exists():
         raise InvalidInput(f"an agent named {name!r} already exists")
@@ -742,6 +740,23 @@ def agent_create(
     for username in dict.fromkeys(web_users):
         logger.info("agent %s granted web user %s by %s", agent.name, username, actor)
     return agent, key
+
+
+def _check_columns(model: type[models.Model], **values: str) -> None:
+    """Raise InvalidInput unless each value fits its column on every database: at most the field's
+    max_length (SQLite would store more, PostgreSQL refuses it mid-transaction) and no NUL or
+    lone surrogate (a command line's undecodable bytes arrive as lone surrogates)."""
+    for name, value in values.items():
+        if not isinstance(value, str):
+            continue
+        try:
+            jsonlimits.check_text(value, name)
+        except jsonlimits.JSONRefused as exc:
+            raise InvalidInput(str(exc)) from None
+        field = next((f for f in model._meta.concrete_fields if f.name == name), None)
+        limit = field.max_length if field is not None else None
+        if limit is not None and len(value) > limit:
+            raise InvalidInput(f"{model.__name__.lower()} {name} is longer than {limit} characters ({len(value)} given)")
 
 
 def agent_rotate_key(*, agent: Agent) -> str:
@@ -809,6 +824,7 @@ def bot_add(*, platform: str, app_id: str, app_secret: str, base_url: str = "", 
         raise InvalidInput(f"platform must be feishu or dingtalk, got {platform!r}")
     if not app_id.strip() or not app_secret.strip():
         raise InvalidInput("app id and app secret must not be blank")
+    _check_columns(Bot, app_id=app_id, app_secret=app_secret, base_url=base_url, **secrets_and_options)
     if Bot.objects.filter(platform=platform, app_id=app_id).exists():
         raise InvalidInput(f"a {platform} bot with id {app_id!r} already exists")
     bot = Bot(platform=platform, app_id=app_id, app_secret=app_secret, base_url=base_url or BOT_BASE_URLS[platform])

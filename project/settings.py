@@ -266,7 +266,7 @@ MESSAGE_STORAGE = "django.contrib.messages.storage.session.SessionStorage"
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["askcards.api.auth.AgentKeyAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["askcards.api.auth.IsAgent"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["askcards.api.parsers.BoundedJSONParser"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "EXCEPTION_HANDLER": "askcards.api.errors.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",

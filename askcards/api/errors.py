@@ -11,6 +11,7 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from askcards import jsonlimits
 from askcards.errors import AskcardsError
 
 CODES = {
@@ -78,6 +79,8 @@ def exception_handler(exc, context):
             message = "; ".join(_flatten(fields))
             return error_response(code, message, exc.status_code, fields=exc.detail)
         if isinstance(exc, exceptions.ParseError):
+            if exc.get_codes() in jsonlimits.CODES:  # askcards' parser: its message says it all
+                return error_response(code, f"Request {exc.detail}.", exc.status_code)
             message = f"Request body is not valid JSON ({exc.detail}); expected a JSON object."
             return error_response(code, message, exc.status_code)
         response = drf_exception_handler(exc, context)

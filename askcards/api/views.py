@@ -6,7 +6,6 @@ from typing import Any
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
-from rest_framework.exceptions import ParseError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -49,37 +48,16 @@ def _validated(serializer_class, data) -> dict[str, Any]:
 
 
 _JSON_TYPES = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "a boolean"}
-MAX_JSON_DEPTH = 64
 
 
 def _body(request) -> Any:
-    """The JSON object the request sent; an empty body reads as {}."""
-    try:
-        data = request.data
-    except RecursionError:
-        raise ParseError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels") from None
+    """The JSON object the request sent; an empty body reads as {}. Size, nesting and text were
+    checked by the parser (``askcards.api.parsers.BoundedJSONParser``)."""
+    data = request.data
     if not isinstance(data, dict):
         got = "null" if data is None else _JSON_TYPES.get(type(data), type(data).__name__)
         raise InvalidInput(f"request body must be a JSON object ({{...}}), got {got}")
-    _check_json(data, "body", 0)
     return data
-
-
-def _check_json(value: Any, where: str, depth: int) -> None:
-    """Reject what parses as JSON but nothing downstream can hold: absurd nesting and lone UTF-16
-    surrogate escapes (\\ud800), which no UTF-8 text, database column or response can carry."""
-    if depth > MAX_JSON_DEPTH:
-        raise ParseError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels at {where}")
-    if isinstance(value, str):
-        if any("\ud800" <= char <= "\udfff" for char in value):
-            raise ParseError(f"{where} contains a lone UTF-16 surrogate escape; strings must be valid Unicode")
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            _check_json(key, where, depth)
-            _check_json(item, f"{where}.{key}" if key.isprintable() else where, depth + 1)
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            _check_json(item, f"{where}[{index}]", depth + 1)
 
 
 class SessionUpsertApi(APIView):

@@ -4,6 +4,10 @@ from __future__ import annotations
 from typing import Any
 
 NAME = "ask_user_questions"
+# The longest "other" text a person may answer, on every surface: Feishu's input max_length
+# (1–1000, reference feishu §1.4), so an answer given on the panel still fits the card that shows
+# the same ask, and the result the agent reads stays a few KB.
+CUSTOM_MAX_CHARS = 1000
 
 DESCRIPTION = (
     "Ask the user 1-4 multiple-choice questions and wait for the answers. Use it when you need the "
@@ -109,6 +113,8 @@ def normalise_answers(questions: list[dict[str, Any]], answers: Any) -> list[dic
             raise ValueError(f"answer {index}: selectedLabels must be a list of option labels")
         if custom is not None and not isinstance(custom, str):
             raise ValueError(f"answer {index}: customInput must be a string or null")
+        if custom is not None and len(custom) > CUSTOM_MAX_CHARS:
+            raise ValueError(f"answer {index}: customInput is longer than {CUSTOM_MAX_CHARS} characters")
         known = [option["label"] for option in question["options"]]
         unknown = [label for label in labels if label not in known]
         if unknown:

@@ -343,7 +343,8 @@ def _raw_id(value: Any) -> str:
     if not isinstance(value, str):
         raise ValueError(TARGET_IDS_ERROR)
     value = value.strip()
-    bad = (not value or len(value) > MAX_ID_LENGTH or ":" in value
+    # The case-folded id is stored too (Respondent.respondent_key, 256): "ß" folds to "ss".
+    bad = (not value or len(value.casefold()) > MAX_ID_LENGTH or ":" in value
            or any(ch.isspace() or unicodedata.category(ch) == "Cc" for ch in value))
     if bad:
         raise ValueError(TARGET_IDS_ERROR)

@@ -200,7 +200,7 @@ def test_bytes_from_the_wire_are_accepted():
     ({"outTrackId": "ask_1", "cardPrivateData": {"actionIds": "q_1", "params": {}}}, "actionIds must be a list"),
     ({"outTrackId": "ask_1", "cardPrivateData": {"params": ["form"]}}, "params must be a JSON object"),
     ({"userId": "u", "cardPrivateData": {"params": {"form": {"a": 1}}}}, "no outTrackId and no question id"),
-    ("[" * 100_000 + "]" * 100_000, "not valid JSON"),
+    ("[" * 100_000 + "]" * 100_000, "nested deeper than 64 levels"),
     (b" " * (1024 * 1024 + 1), "larger than"),
 ])
 def test_malformed_payloads_raise_a_clear_error(body, message):

@@ -108,7 +108,7 @@
     const other = el("div", { class: "other" });
     other.append(
       el("label", { for: `${prefix}-other` }, "其他（可选）"),
-      el("input", { type: "text", id: `${prefix}-other`, name: `${prefix}-other`, maxlength: "2000", autocomplete: "off" }),
+      el("input", { type: "text", id: `${prefix}-other`, name: `${prefix}-other`, maxlength: "1000", autocomplete: "off" }),
     );
     fieldset.append(other);
     const error = el("p", { class: "error", id: `${prefix}-error` });

@@ -21,6 +21,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from askcards import jsonlimits
+
 SIGNATURE_HEADER = "x-ddpaas-signature"
 TIMESTAMP_HEADER = "x-ddpaas-signature-timestamp"
 # No window is documented for card callbacks (the robot-message rule is ±1 hour, platform §1.4);
@@ -28,6 +30,16 @@ TIMESTAMP_HEADER = "x-ddpaas-signature-timestamp"
 # project/settings.py ASKCARDS_DINGTALK_CALLBACK_SKEW_SECONDS says why.
 DEFAULT_MAX_SKEW_SECONDS = 300
 MAX_PAYLOAD_BYTES = 1024 * 1024
+# Free text a person can submit in one form field. DingTalk documents 1 KB per card variable
+# (platform §3.6) and the answer comes back into ``selected_text`` / ``question_desc``; its own
+# form example is 3.2 KB, so the figure is a budget, not a hard cap. 1000 characters per value
+# (the same as Feishu's input max_length) and 4000 for the whole form keep the card update a few
+# KB: a 900 KB answer made the card update fail with HTTP 413, after the ask was already closed.
+MAX_VALUE_CHARS = 1000
+MAX_FORM_CHARS = 4000
+# Ids are short (outTrackId ≤ 100 characters, platform §3.6; staff ids a few dozen); 200 is the
+# narrowest column a user id reaches ("respondent:<userId>" in AskEvent.actor).
+MAX_ID_CHARS = 200
 
 SUBMIT = "submit"
 CANCEL = "cancel"
@@ -99,8 +111,11 @@ def replay_key(timestamp: str, signature: str) -> str:
 
 
 def parse_callback(payload: Any) -> CardCallback:
-    """Read one card callback (bytes, str or an already decoded object). Raises MalformedCallback."""
+    """Read one card callback (bytes, str or an already decoded object). Raises MalformedCallback,
+    also for text no database stores (NUL, lone surrogates; object keys too) and over-long values."""
     body = _as_object(_decode(payload), "callback body")
+    if not isinstance(payload, (bytes, bytearray, str)):  # text was checked by the loader
+        _check_text(body, "callback body")
     content = _as_object(body.get("content"), "content", optional=True)
     value = _as_object(body.get("value"), "value", optional=True)
     private = (
@@ -135,29 +150,50 @@ def parse_callback(payload: Any) -> CardCallback:
         action, form = OTHER, {}
     if action != OTHER and not out_track_id and not question_id:
         raise MalformedCallback("a submit or cancel names no outTrackId and no question id")
+    for name, value in (("outTrackId", out_track_id), ("userId", user_id), ("actionIds[0]", action_id)):
+        if len(value) > MAX_ID_CHARS:
+            raise MalformedCallback(f"{name} is longer than {MAX_ID_CHARS} characters", out_track_id=out_track_id[:MAX_ID_CHARS])
+    _check_lengths(form, out_track_id)
     return CardCallback(out_track_id, question_id, action_id, user_id, action, form)
 
 
 def _decode(payload: Any) -> Any:
-    if isinstance(payload, (bytes, bytearray)):
-        if len(payload) > MAX_PAYLOAD_BYTES:
-            raise MalformedCallback(f"callback body is larger than {MAX_PAYLOAD_BYTES} bytes")
-        try:
-            payload = payload.decode("utf-8")
-        except UnicodeDecodeError:
-            raise MalformedCallback("callback body is not UTF-8") from None
-    if isinstance(payload, str):
-        if len(payload) > MAX_PAYLOAD_BYTES:
-            raise MalformedCallback(f"callback body is larger than {MAX_PAYLOAD_BYTES} bytes")
+    if isinstance(payload, (bytes, bytearray, str)):
         return _loads(payload, "callback body")
     return payload
 
 
-def _loads(text: str, what: str) -> Any:
+def _loads(text: str | bytes, what: str) -> Any:
     try:
-        return json.loads(text)
-    except (ValueError, RecursionError):
-        raise MalformedCallback(f"{what} is not valid JSON") from None
+        return jsonlimits.load(text, what=what, max_bytes=MAX_PAYLOAD_BYTES)
+    except jsonlimits.JSONRefused as exc:
+        raise MalformedCallback(str(exc)) from None
+
+
+def _check_text(value: Any, what: str) -> None:
+    """Decoded objects (Stream SDK shapes) get the rule ``jsonlimits.load`` applies to text."""
+    try:
+        jsonlimits.check_text(value, what)
+    except jsonlimits.JSONRefused as exc:
+        raise MalformedCallback(str(exc)) from None
+
+
+def _check_lengths(form: dict[str, Any], out_track_id: str) -> None:
+    """Refuse a submit whose free text is longer than the card can show (MAX_VALUE_CHARS)."""
+    total = 0
+    for name, value in form.items():
+        values = value if isinstance(value, list) else [value]
+        for item in values:
+            if isinstance(item, dict) and "value" in item:  # SELECT / MULTI_SELECT send {index, value}
+                item = item["value"]
+            # Anything but a string is shown as its compact JSON (the tool's as_text).
+            text = item if isinstance(item, str) else json.dumps(item, ensure_ascii=False, separators=(",", ":"))
+            if len(text) > MAX_VALUE_CHARS:
+                raise MalformedCallback(f"the answer to field {str(name)[:64]!r} is longer than {MAX_VALUE_CHARS} characters",
+                                        out_track_id=out_track_id)
+            total += len(text)
+    if total > MAX_FORM_CHARS:
+        raise MalformedCallback(f"the answers are longer than {MAX_FORM_CHARS} characters in all", out_track_id=out_track_id)
 
 
 def _as_object(value: Any, what: str, *, optional: bool = False) -> dict[str, Any]:
@@ -175,8 +211,10 @@ def _as_object(value: Any, what: str, *, optional: bool = False) -> dict[str, An
 
 def _json_object_or_none(text: str) -> dict[str, Any] | None:
     try:
-        value = json.loads(text)
-    except (ValueError, RecursionError):
+        value = jsonlimits.load(text, what="params.form", max_bytes=MAX_PAYLOAD_BYTES)
+    except jsonlimits.JSONRefused as exc:
+        if exc.code == "invalid_text":
+            raise MalformedCallback(str(exc)) from None
         return None
     return value if isinstance(value, dict) else None
 

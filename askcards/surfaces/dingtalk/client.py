@@ -18,7 +18,7 @@ from typing import Any, Callable
 import requests
 from django.core.cache import cache
 
-from askcards import surfaces
+from askcards import jsonlimits, surfaces
 
 from askcards.tools.dingtalk_ask_user_question import as_text
 
@@ -323,8 +323,8 @@ class DingTalkClient:
 
 def _decode_success(response: requests.Response, path: str) -> Any:
     try:
-        body = response.json()
-    except ValueError:
+        body = jsonlimits.load(response.content, what=f"DingTalk's answer to {path}")
+    except jsonlimits.JSONRefused:
         raise DingTalkError(f"DingTalk {path} answered HTTP {response.status_code} without JSON",
                             status=response.status_code, code="invalidResponse") from None
     if isinstance(body, dict) and body.get("success") is False:
@@ -339,8 +339,8 @@ def _error_from(response: requests.Response, path: str) -> DingTalkError:
     status = response.status_code
     code = message = request_id = ""
     try:
-        body = response.json()
-    except ValueError:
+        body = jsonlimits.load(response.content, what=f"DingTalk's answer to {path}")
+    except jsonlimits.JSONRefused:
         body = None
     if isinstance(body, dict):
         code = str(body.get("code") or "")

@@ -26,6 +26,8 @@ import requests
 from websockets.asyncio.client import connect
 from websockets.exceptions import WebSocketException
 
+from askcards import jsonlimits
+
 logger = logging.getLogger(__name__)
 
 OPEN_PATH = "/v1.0/gateway/connections/open"
@@ -33,6 +35,7 @@ CARD_CALLBACK_TOPIC = "/v1.0/card/instances/callback"
 USER_AGENT = "askcards-stream/1"
 DEDUPE_SECONDS = 300  # DingTalk re-pushes an unacknowledged frame for about a minute
 DEDUPE_MAX = 2000
+MAX_FRAME_BYTES = 2**22  # the websocket's max_size: a longer message closes the connection first
 
 Handler = Callable[[str], Awaitable[dict[str, Any]]]
 
@@ -92,8 +95,8 @@ class StreamClient:
         except requests.RequestException as exc:
             raise StreamError(f"DingTalk {OPEN_PATH} did not answer: {type(exc).__name__}") from None
         try:
-            data = response.json()
-        except ValueError:
+            data = jsonlimits.load(response.content, what=f"DingTalk's answer to {OPEN_PATH}")
+        except jsonlimits.JSONRefused:
             data = None
         if response.status_code != 200 or not isinstance(data, dict):
             code = data.get("code") if isinstance(data, dict) else ""
@@ -109,7 +112,7 @@ class StreamClient:
         while True:
             try:
                 url = await asyncio.to_thread(self.open_connection)
-                async with connect(url, open_timeout=self.http_timeout, max_size=2**22) as websocket:
+                async with connect(url, open_timeout=self.http_timeout, max_size=MAX_FRAME_BYTES) as websocket:
                     self.connections += 1
                     attempt = 0
                     logger.info("dingtalk stream connected for app %s", self.client_id)
@@ -137,11 +140,14 @@ class StreamClient:
                 except asyncio.TimeoutError:
                     raise Watchdog() from None
                 try:
-                    frame = json.loads(raw)
+                    # The callback inside ("data", a JSON string) is read, text rule and all, by
+                    # the handler's parser; here only the envelope is bounded.
+                    frame = jsonlimits.load(raw, what="stream frame", max_bytes=MAX_FRAME_BYTES, text=False)
                     headers = frame.get("headers") or {}
                     kind, topic = frame.get("type"), headers.get("topic")
-                except (ValueError, AttributeError):
-                    logger.warning("dingtalk stream of app %s sent an unreadable frame", self.client_id)
+                except (jsonlimits.JSONRefused, AttributeError) as exc:
+                    logger.warning("dingtalk stream of app %s sent an unreadable frame: %s", self.client_id,
+                                   exc if isinstance(exc, jsonlimits.JSONRefused) else "not an object")
                     continue
                 if kind == "SYSTEM":
                     if topic == "ping":

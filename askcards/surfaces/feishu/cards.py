@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from askcards.tools.ask_user_questions import CUSTOM_MAX_CHARS
+
 # Feishu rejects cards over 30 KB (230025) and the stored message can grow beyond the request
 # body (reference §1.4), so renders keep 2 KB of headroom.
 CARD_MAX_BYTES = 28 * 1024
@@ -162,7 +164,7 @@ def _question_elements(n: int, i: int, question: Mapping[str, Any]) -> list[dict
             "name": f"c{n}_{i}",
             "width": "fill",
             "required": False,
-            "max_length": 1000,
+            "max_length": CUSTOM_MAX_CHARS,  # the server's limit too (normalise_answers)
             "placeholder": _plain(OTHER_PLACEHOLDER),
         },
     ]

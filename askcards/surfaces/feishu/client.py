@@ -20,7 +20,7 @@ from urllib.parse import quote
 import requests
 from django.core.cache import cache
 
-from askcards import surfaces
+from askcards import jsonlimits, surfaces
 
 from .cards import dumps_card
 
@@ -228,8 +228,8 @@ def _route(path: str) -> str:
 
 def _json_body(response: requests.Response) -> dict[str, Any] | None:
     try:
-        parsed = response.json()
-    except ValueError:
+        parsed = jsonlimits.load(response.content, what="Feishu's answer")
+    except jsonlimits.JSONRefused:
         return None
     return parsed if isinstance(parsed, dict) else None
 

@@ -8,22 +8,25 @@ a message saying what was wrong — never another exception.
 """
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from askcards.tools.ask_user_questions import normalise_answers
+from askcards import jsonlimits
+from askcards.tools.ask_user_questions import CUSTOM_MAX_CHARS, normalise_answers
 
 from .cards import ASK_KIND, PROGRESS_KIND
+from .security import MAX_BODY_BYTES, microseconds
 
 EVENT_TYPE = "card.action.trigger"
 ASK_ID = re.compile(r"q_[0-9a-f]{32}")
 FORM_NAME = re.compile(r"(?:ask|submit)_([0-9]{1,3})")
 FIELD_NAME = re.compile(r"[qc]([0-9]{1,3})_([0-9]{1,3})")
 OPTION_VALUE = re.compile(r"[0-9]{1,3}")
-CUSTOM_MAX_CHARS = 1000  # the card's input max_length
+# Ids, names and kinds are short (an open_id is 35 characters, an event_id 32); 200 is the
+# narrowest column they reach (CallbackReceipt.event_id; "respondent:<open_id>" in AskEvent.actor).
+ID_MAX_CHARS = 200
 
 
 class MalformedCallback(ValueError):
@@ -65,9 +68,9 @@ def _object(value: Any, where: str, *, default: dict[str, Any] | None = None) ->
         return default
     if isinstance(value, (str, bytes)):
         try:
-            value = json.loads(value)
-        except (ValueError, UnicodeDecodeError, RecursionError):
-            raise MalformedCallback(f"{where} is not valid JSON") from None
+            value = jsonlimits.load(value, what=where, max_bytes=MAX_BODY_BYTES)
+        except jsonlimits.JSONRefused as exc:
+            raise MalformedCallback(str(exc)) from None
     if not isinstance(value, dict):
         raise MalformedCallback(f"{where} must be a JSON object")
     return value
@@ -80,6 +83,8 @@ def _string(value: Any, where: str, *, required: bool = False) -> str:
         value = str(value)
     if not isinstance(value, str) or (required and not value):
         raise MalformedCallback(f"{where} must be a non-empty string" if required else f"{where} must be a string")
+    if len(value) > ID_MAX_CHARS:
+        raise MalformedCallback(f"{where} is longer than {ID_MAX_CHARS} characters")
     return value
 
 
@@ -141,19 +146,19 @@ def parse_card_action(payload: Any) -> CardAction:
 def _created_at(value: Any) -> float | None:
     if value is None:
         return None
-    try:
-        return int(str(value)) / 1_000_000  # a microsecond timestamp string
-    except ValueError:
-        raise MalformedCallback("header.create_time must be a microsecond timestamp") from None
+    seconds = microseconds(value)
+    if seconds is None:
+        raise MalformedCallback("header.create_time must be a microsecond timestamp")
+    return seconds
 
 
 def _selection(value: Any, *, multi: bool, options: int, where: str) -> list[int]:
     """Option indexes of a select's form value; missing, "" and [] all mean nothing selected."""
     if isinstance(value, str) and multi and value.startswith("["):
         try:
-            value = json.loads(value)
-        except (ValueError, RecursionError):
-            raise MalformedCallback(f"{where} is not a valid JSON array") from None
+            value = jsonlimits.load(value, what=where, max_bytes=MAX_BODY_BYTES)
+        except jsonlimits.JSONRefused as exc:
+            raise MalformedCallback(str(exc)) from None
     items = value if isinstance(value, list) else [value]
     indexes: list[int] = []
     for item in items:

@@ -10,7 +10,7 @@ import base64
 import binascii
 import hashlib
 import hmac
-import json
+import math
 import os
 import time
 from collections.abc import Mapping
@@ -19,7 +19,10 @@ from typing import Any
 from cryptography.hazmat.primitives import padding
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
+from askcards import jsonlimits
+
 MAX_AGE_SECONDS = 5 * 60
+MAX_BODY_BYTES = 1024 * 1024  # Feishu callbacks are a few KB (the card action and its form values)
 
 SIGNATURE_HEADER = "x-lark-signature"
 TIMESTAMP_HEADER = "x-lark-request-timestamp"
@@ -30,6 +33,11 @@ _BLOCK = 16
 
 class CallbackRejected(Exception):
     """The callback is not provably from Feishu (or is too old); it must change no state."""
+
+
+class MalformedBody(CallbackRejected):
+    """The body (or what it decrypts to) is not JSON askcards reads: too large, too deep, not an
+    object, or text no database can store. A client error (400), not an authentication failure."""
 
 
 def signature(timestamp: str, nonce: str, encrypt_key: str, raw_body: bytes) -> str:
@@ -92,13 +100,27 @@ def check_fresh(timestamp: Any, *, now: float | None = None, max_age: float = MA
     """Reject a unix-seconds timestamp more than ``max_age`` in the past (or as far in the future)."""
     try:
         seconds = float(timestamp)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise CallbackRejected("request timestamp must be unix seconds") from None
+    if not math.isfinite(seconds):  # nan compares false both ways and would pass the window below
+        raise CallbackRejected("request timestamp must be unix seconds")
     now = time.time() if now is None else now
     if seconds < now - max_age:
         raise CallbackRejected(f"request timestamp is {int(now - seconds)} s old; at most {int(max_age)} s is accepted")
     if seconds > now + max_age:
         raise CallbackRejected("request timestamp is in the future beyond the allowed clock skew")
+
+
+def microseconds(value: Any) -> float | None:
+    """A ``create_time`` (microseconds since the epoch as a digit string or integer, reference
+    §2.2) in unix seconds; None for anything else: ``nan``, ``inf``, signs, blanks, exponents or
+    more digits than any real timestamp has (a huge integer would overflow the float)."""
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        return None
+    text = str(value)
+    if not (text.isascii() and text.isdigit()) or len(text) > 19:
+        return None
+    return int(text) / 1_000_000
 
 
 def _header(headers: Mapping[str, str], name: str) -> str:
@@ -111,11 +133,11 @@ def _header(headers: Mapping[str, str], name: str) -> str:
 
 def _json_object(text: str | bytes, what: str) -> dict[str, Any]:
     try:
-        value = json.loads(text)
-    except (ValueError, UnicodeDecodeError):
-        raise CallbackRejected(f"{what} is not valid JSON") from None
+        value = jsonlimits.load(text, what=what, max_bytes=MAX_BODY_BYTES)
+    except jsonlimits.JSONRefused as exc:
+        raise MalformedBody(str(exc)) from None
     if not isinstance(value, dict):
-        raise CallbackRejected(f"{what} must be a JSON object")
+        raise MalformedBody(f"{what} must be a JSON object")
     return value
 
 
@@ -157,9 +179,8 @@ def open_callback(
     header = header if isinstance(header, dict) else {}
     verify_token(verification_token, header.get("token", body.get("token")))
     if not signed and header.get("create_time") is not None:
-        try:
-            created = int(str(header["create_time"])) / 1_000_000  # microseconds (reference §2.2)
-        except ValueError:
-            raise CallbackRejected("header.create_time must be a microsecond timestamp") from None
+        created = microseconds(header["create_time"])
+        if created is None:
+            raise CallbackRejected("header.create_time must be a microsecond timestamp")
         check_fresh(created, now=now)
     return body
