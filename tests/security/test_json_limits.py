@@ -174,10 +174,9 @@ async def test_panel_message_of_20000_brackets_gets_an_error_and_the_socket_answ
         settings, recording_surface, agent, web_session, no_tracebacks):
     settings.ASKCARDS_SURFACES = ["askcards.surfaces.web.WebSurface"]
     from tests.consumers.test_panel import _panel
-    from tests.conftest import QUESTIONS, answer_for
-    from django.contrib.auth import get_user_model
+    from tests.conftest import QUESTIONS, answer_for, person
 
-    user = await database_sync_to_async(get_user_model().objects.create_user)("alice", password="pw-alice-123")
+    user = await database_sync_to_async(person)("alice")
     panel = await _panel(user)
     ask = (await database_sync_to_async(services.tool_call)(
         agent=agent, session=web_session, name="ask_user_questions", arguments={"questions": QUESTIONS})).ask

@@ -8,7 +8,6 @@ import time
 
 import pytest
 from channels.db import database_sync_to_async
-from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 from django.test import Client
 from django.urls import reverse
@@ -18,7 +17,7 @@ from askcards.errors import InvalidInput
 from askcards.models import Agent, Ask, AskEvent, CallbackReceipt, Respondent
 from askcards.surfaces.feishu import security
 from askcards.tools.ask_user_questions import CUSTOM_MAX_CHARS
-from tests.conftest import QUESTIONS, answer_for
+from tests.conftest import QUESTIONS, answer_for, person
 from tests.dingtalk import integration as dingtalk
 from tests.fakes.dingtalk import FakeDingTalk
 from tests.feishu.integration import ENCRYPT_KEY, VERIFICATION_TOKEN
@@ -30,7 +29,7 @@ async def _panel_with_ask(settings, agent, web_session):
     from tests.consumers.test_panel import _panel
 
     settings.ASKCARDS_SURFACES = ["askcards.surfaces.web.WebSurface"]
-    user = await database_sync_to_async(get_user_model().objects.create_user)("alice", password="pw-alice-123")
+    user = await database_sync_to_async(person)("alice")
     panel = await _panel(user)
     ask = (await database_sync_to_async(services.tool_call)(
         agent=agent, session=web_session, name="ask_user_questions", arguments={"questions": QUESTIONS})).ask

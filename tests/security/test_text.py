@@ -7,14 +7,13 @@ import time
 
 import pytest
 from channels.db import database_sync_to_async
-from django.contrib.auth import get_user_model
 from django.test import Client
 
 from askcards import services
 from askcards.models import Ask, AskEvent, Respondent
 from askcards.surfaces.dingtalk import callbacks as dingtalk_callbacks
 from askcards.surfaces.feishu import security
-from tests.conftest import QUESTIONS, answer_for
+from tests.conftest import QUESTIONS, answer_for, person
 from tests.dingtalk import integration as dingtalk
 from tests.fakes.dingtalk import FakeDingTalk
 from tests.feishu.integration import ENCRYPT_KEY, VERIFICATION_TOKEN
@@ -33,7 +32,7 @@ async def test_panel_answer_with_unstorable_text_gets_an_error_ack_and_the_socke
     from tests.consumers.test_panel import _panel
 
     settings.ASKCARDS_SURFACES = ["askcards.surfaces.web.WebSurface"]
-    user = await database_sync_to_async(get_user_model().objects.create_user)("alice", password="pw-alice-123")
+    user = await database_sync_to_async(person)("alice")
     panel = await _panel(user)
     ask = (await database_sync_to_async(services.tool_call)(
         agent=agent, session=web_session, name="ask_user_questions", arguments={"questions": QUESTIONS})).ask
