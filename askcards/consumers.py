@@ -60,6 +60,14 @@ class PanelConsumer(AsyncJsonWebsocketConsumer):
             await asyncio.sleep(web.HEARTBEAT_SECONDS)
             await database_sync_to_async(web.presence_touch)(username=self.username, channel_name=self.channel_name)
 
+    async def receive(self, text_data=None, bytes_data=None, **kwargs):
+        # The JSON consumer raises on a frame without text (a binary or an empty one), which would
+        # drop the socket with 1011: the page gets the same error as for any unreadable frame.
+        if not text_data:
+            await self.send_json({"type": "error", "error": "expected a JSON text frame"})
+            return
+        await super().receive(text_data=text_data, **kwargs)
+
     async def receive_json(self, content, **kwargs):
         if not isinstance(content, dict) or content.get("type") != "ask_user_questions_result":
             await self.send_json({"type": "error", "error": "expected {\"type\": \"ask_user_questions_result\", …}"})
