@@ -408,3 +408,14 @@ def test_a_genuine_dingtalk_click_through_the_fuzz_harness_answers_the_ask(dingt
     status, content = post(transport, dingtalk["path"], body, dingtalk_headers(dingtalk["secret"]))
     assert status == 200, content[:300]
     assert Ask.objects.get(pk=ids[ASK_ID]).status == Ask.Status.ANSWERED
+
+
+@pytest.mark.parametrize("timestamp", ["nan", "NaN", "inf", "-inf"])
+def test_a_signed_feishu_click_with_a_timestamp_that_is_not_a_number_is_refused(feishu, timestamp):
+    """A "nan" timestamp compared false both ways, so a click signed with it stayed fresh forever."""
+    ids = feishu["ids"]()
+    before = state()
+    body, headers = feishu_signed(fill(feishu_click(), **ids), timestamp=timestamp)
+    status, content = post("asgi", feishu["path"], body, headers)
+    assert (status, json.loads(content)) == (401, {"error": "request timestamp must be unix seconds"})
+    assert state() == before

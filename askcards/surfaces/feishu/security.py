@@ -11,6 +11,7 @@ import binascii
 import hashlib
 import hmac
 import json
+import math
 import os
 import time
 from collections.abc import Mapping
@@ -94,6 +95,8 @@ def check_fresh(timestamp: Any, *, now: float | None = None, max_age: float = MA
         seconds = float(timestamp)
     except (TypeError, ValueError):
         raise CallbackRejected("request timestamp must be unix seconds") from None
+    if not math.isfinite(seconds):  # "nan" compares false both ways: it would pass as fresh forever
+        raise CallbackRejected("request timestamp must be unix seconds")
     now = time.time() if now is None else now
     if seconds < now - max_age:
         raise CallbackRejected(f"request timestamp is {int(now - seconds)} s old; at most {int(max_age)} s is accepted")
