@@ -95,7 +95,9 @@ def world(admin_client, admin_user, recording_surface):
     recording_surface.present.add(web.id)
     asks = {}
     for name in ("pending", "retained", "purged", "cancelled"):
-        outcome = services.tool_call(agent=agent, session=web, name="ask_user_questions", arguments={"questions": QUESTIONS})
+        outcome = services.tool_call(
+            agent=agent, session=web, name="ask_user_questions", arguments={"questions": QUESTIONS}
+        )
         assert outcome.status == "pending"
         asks[name] = outcome.ask
     assert services.ask_answer(ask_id=asks["retained"].id, answers=answer(RETAINED_ANSWER), surface="web").accepted
@@ -235,7 +237,9 @@ def test_the_secret_check_sees_a_secret_the_admin_shows_once(admin_client, world
     """The detector is not blind: rotating a key shows it once, in a message, and is caught."""
     agent = Agent.objects.get(name="agent-quiet")
     response = admin_client.post(
-        reverse("admin:askcards_agent_changelist"), {"action": "rotate_key", "_selected_action": [agent.pk]}, follow=True
+        reverse("admin:askcards_agent_changelist"),
+        {"action": "rotate_key", "_selected_action": [agent.pk]},
+        follow=True,
     )
     key = re.search(r"ak_[A-Za-z0-9_-]{43}", response.content.decode()).group()
     assert secrets_in(response.content.decode(), {form: "new key" for form in spellings(key)}) == ["new key"]

@@ -9,6 +9,7 @@ answer on the same socket is still accepted.
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 from asgiref.sync import async_to_sync
@@ -21,11 +22,11 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from askcards import services
-from askcards.models import Ask
+from askcards.models import Ask, PanelPresence
 from project.asgi import application
 from tests.conftest import QUESTIONS, answer_for
 
-from .strategies import FUZZ, HUGE, NASTY_TEXT, Bytes, Raw, Text, deep, deep_object, hostile_values, render
+from .strategies import FUZZ_SOCKET, HUGE, Bytes, Raw, Text, deep, deep_object, hostile_values, render
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -60,7 +61,7 @@ async def reply(socket: WebsocketCommunicator) -> dict:
         output = await socket.receive_output(timeout=REPLY_TIMEOUT)
         if output["type"] == "websocket.close":
             return {"closed": output.get("code")}
-        message = __import__("json").loads(output["text"])
+        message = json.loads(output["text"])
         if message.get("type") not in PUSHES:
             return message
 
@@ -150,7 +151,7 @@ def _attack_examples(test):
     return test
 
 
-@FUZZ
+@FUZZ_SOCKET
 @given(sent=st.lists(frames, min_size=1, max_size=4))
 @_attack_examples
 def test_panel_socket_answers_every_frame_and_still_takes_an_answer(panel_world, sent):
@@ -163,8 +164,6 @@ def test_an_other_users_ask_id_in_a_fuzzed_frame_changes_nothing(panel_world):
     other = get_user_model().objects.create_user("mallory", password="pw-mallory-1")
     session, _ = services.session_upsert(agent=panel_world["agent"], key="web/mallory", platform="web",
                                          web_user="mallory", user_id="mallory")
-    from askcards.models import PanelPresence
-
     PanelPresence.objects.create(username=other.username, channel_name="fake.mallory")
     outcome = services.tool_call(agent=panel_world["agent"], session=session, name="ask_user_questions",
                                  arguments={"questions": QUESTIONS})
