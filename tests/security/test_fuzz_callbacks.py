@@ -40,6 +40,8 @@ from .strategies import (
 pytestmark = pytest.mark.django_db(transaction=True)
 
 FEISHU_APP = "cli_fuzz"
+FEISHU_PLAIN_APP = "cli_fuzz_plain"
+FEISHU_APPS = (FEISHU_APP, FEISHU_PLAIN_APP)
 ENCRYPT_KEY = "fuzz-encrypt-key"
 TOKEN = "fuzz-verification-token"
 OPERATOR = "ou_alice"
@@ -113,14 +115,21 @@ def fill(text: str, **ids: str) -> str:
 
 @pytest.fixture
 def feishu(agent, recording_surface):
+    """A bot with an encrypt key (signed, encrypted callbacks) and, for the refusal tests, one with
+    a verification token only (Feishu sends those unsigned: the token is what authenticates)."""
     bot = services.bot_add(platform="feishu", app_id=FEISHU_APP, app_secret="fuzz-app-secret",
                            verification_token=TOKEN, encrypt_key=ENCRYPT_KEY)
-    session, _ = services.session_upsert(agent=agent, key=f"feishu-{FEISHU_APP}-private-{OPERATOR}", bot=bot)
-    recording_surface.present.add(session.id)
-    services.progress_put(session=session, status="running", title="Fuzzed run")
+    plain_bot = services.bot_add(platform="feishu", app_id=FEISHU_PLAIN_APP, app_secret="fuzz-app-secret",
+                                 verification_token=TOKEN)
+    sessions = {}
+    for app, each in ((FEISHU_APP, bot), (FEISHU_PLAIN_APP, plain_bot)):
+        sessions[app], _ = services.session_upsert(agent=agent, key=f"feishu-{app}-private-{OPERATOR}", bot=each)
+        recording_surface.present.add(sessions[app].id)
+        services.progress_put(session=sessions[app], status="running", title="Fuzzed run")
 
-    def ids() -> dict[str, str]:
+    def ids(app: str = FEISHU_APP) -> dict[str, str]:
         """The placeholders' values: a pending ask of the operator's, made anew once answered."""
+        session = sessions[app]
         ask = Ask.objects.filter(session=session, status=Ask.Status.PENDING).first()
         if ask is None:
             outcome = services.tool_call(agent=agent, session=session, name="ask_user_questions",
@@ -129,7 +138,7 @@ def feishu(agent, recording_surface):
             ask = outcome.ask
         return {ASK_ID: ask.id, SESSION_ID: session.id}
 
-    ids()
+    ids(FEISHU_APP), ids(FEISHU_PLAIN_APP)
     return {"ids": ids, "path": f"/callbacks/feishu/{FEISHU_APP}/"}
 
 
@@ -145,9 +154,12 @@ def feishu_signed(plaintext: str, *, timestamp: str | None = None, key: str = EN
 @st.composite
 def feishu_unverified(draw):
     """(body, headers) a party without the encrypt key could send."""
-    kind = draw(st.sampled_from(["random", "unsigned_encrypted", "wrong_key", "altered", "tampered"]))
+    kind = draw(st.sampled_from(["random", "unsigned_encrypted", "wrong_key", "altered", "tampered", "wrong_token"]))
     plaintext = render(draw(hostile_values))
-    if kind == "random":
+    if kind == "wrong_token":  # a plaintext click of the live ask with a guessed token
+        token = draw(st.sampled_from(["", TOKEN.upper(), TOKEN[:-1], TOKEN + " "]) | header_text)
+        body, headers = draw(feishu_plaintexts()).replace(TOKEN, token, 1).encode("utf-8", "surrogatepass"), {}
+    elif kind == "random":
         body, headers = draw(raw_bodies), {}
     elif kind == "unsigned_encrypted":
         body, headers = json.dumps({"encrypt": feishu_security.encrypt(ENCRYPT_KEY, plaintext)}).encode(), {}
@@ -166,18 +178,22 @@ def feishu_unverified(draw):
 
 
 @FUZZ
-@given(request=feishu_unverified(), transport=st.sampled_from(TRANSPORTS))
-@example(request=(Bytes(deep().encode()), {}), transport="asgi")
-@example(request=(Bytes(deep_object().encode()), {}), transport="django")
-@example(request=(Bytes(b'{"encrypt": ' + deep().encode() + b"}"), {}), transport="asgi")
-@example(request=(Bytes(b'{"encrypt": "\\ud800"}'), {}), transport="asgi")
-@example(request=(Bytes(b'{"type": "url_verification", "token": "\\u0000", "challenge": "x"}'), {}), transport="asgi")
+@given(request=feishu_unverified(), transport=st.sampled_from(TRANSPORTS), app=st.sampled_from(FEISHU_APPS))
+@example(request=(Bytes(deep().encode()), {}), transport="asgi", app=FEISHU_APP)
+@example(request=(Bytes(deep_object().encode()), {}), transport="django", app=FEISHU_APP)
+@example(request=(Bytes(b'{"encrypt": ' + deep().encode() + b"}"), {}), transport="asgi", app=FEISHU_APP)
+@example(request=(Bytes(b'{"encrypt": "\\ud800"}'), {}), transport="asgi", app=FEISHU_APP)
+@example(request=(Bytes(deep_object().encode()), {}), transport="asgi", app=FEISHU_PLAIN_APP)
+@example(request=(Bytes(b'{"type": "url_verification", "token": "\\u0000", "challenge": "x"}'), {}), transport="asgi",
+         app=FEISHU_PLAIN_APP)
 @example(request=(Bytes(b"{}"), {"X-Lark-Request-Timestamp": "nan", "X-Lark-Request-Nonce": "n",
-                                 "X-Lark-Signature": "0" * 64}), transport="asgi")
-def test_feishu_unverified_callbacks_are_refused_below_500_and_change_nothing(feishu, request, transport):
+                                 "X-Lark-Signature": "0" * 64}), transport="asgi", app=FEISHU_APP)
+def test_feishu_unverified_callbacks_are_refused_below_500_and_change_nothing(feishu, request, transport, app):
     body, headers = request
+    ids = feishu["ids"](app)
     before = state()
-    assert_clean(*post(transport, feishu["path"], body, headers))
+    body = fill(body.decode("latin-1"), **ids).encode("latin-1")
+    assert_clean(*post(transport, f"/callbacks/feishu/{app}/", body, headers))
     assert state() == before
 
 
