@@ -35,7 +35,7 @@ from django.utils import timezone
 
 from askcards import services
 from askcards.models import Agent, Ask, Bot
-from tests.conftest import QUESTIONS
+from tests.conftest import QUESTIONS, person
 
 MAX_PAGES = 700
 HREF = re.compile(r"""href\s*=\s*["']([^"'#]*)""")
@@ -84,7 +84,8 @@ def answer(custom: str) -> list[dict]:
 @pytest.fixture
 def world(admin_client, admin_user, recording_surface):
     """One of every kind of object, with known secrets; returns {"secrets": {...}, "asks": {...}}."""
-    agent, key = services.agent_create(name="agent-crawl", webhook_url="https://agent.example/hooks")
+    person("alice")
+    agent, key = services.agent_create(name="agent-crawl", webhook_url="https://agent.example/hooks", web_users=["alice"])
     services.agent_create(name="agent-quiet")
     feishu_bot = services.bot_add(platform="feishu", app_id="cli_crawl", **FEISHU_SECRETS)
     dingtalk_bot = services.bot_add(
