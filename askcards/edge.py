@@ -280,3 +280,70 @@ class RefusalWithoutTraceback(logging.Filter):
         if record.levelno > logging.WARNING:
             record.levelno, record.levelname = logging.WARNING, "WARNING"
         return True
+
+
+# ------------------------------------------------------------------------- the server's own reading
+#
+# Daphne (on Twisted) reads a request's whole body — into a temporary file past 100 KB — before it
+# calls the application at all, so the limits above bound memory but not what the server itself
+# takes in. ``bound_server_bodies`` makes daphne's request class refuse a body over
+# ``DATA_UPLOAD_MAX_MEMORY_SIZE`` (the largest any route accepts) as it arrives: by Content-Length
+# before a byte of the body is read, else as soon as a streamed body passes it. Daphne builds its
+# requests from the module attribute ``daphne.http_protocol.WebRequest`` on every connection
+# (``HTTPFactory.buildProtocol``), so replacing that attribute covers ``manage.py serve`` and the
+# ``daphne`` command alike; ``project/asgi.py`` installs it, which both import before serving.
+
+
+def _server_refusal(limit: int) -> bytes:
+    refused = _too_large(limit)
+    body = json.dumps({"error": {"code": refused.code, "message": refused.message}}).encode()
+    return (
+        b"HTTP/1.1 413 Request Entity Too Large\r\ncontent-type: application/json\r\n"
+        b"content-length: %d\r\nconnection: close\r\nx-content-type-options: nosniff\r\n\r\n%s" % (len(body), body)
+    )
+
+
+def bound_server_bodies() -> None:
+    from daphne import http_protocol
+
+    if getattr(http_protocol.WebRequest, "bounds_bodies", False):
+        return
+    base = http_protocol.WebRequest
+
+    class BoundedWebRequest(base):
+        bounds_bodies = True
+        _refused = False
+        _received = 0
+
+        def gotLength(self, length):
+            super().gotLength(length)
+            limit = default_body_limit()
+            if limit is not None and length is not None and length > limit:
+                self._refuse(limit)
+
+        def handleContentChunk(self, data):
+            if self._refused:
+                return
+            self._received += len(data)
+            limit = default_body_limit()
+            if limit is not None and self._received > limit:
+                self._refuse(limit)
+                return
+            super().handleContentChunk(data)
+
+        def process(self):
+            if not self._refused:  # the rest of a refused body may still arrive: it is dropped
+                return super().process()
+
+        def _refuse(self, limit: int) -> None:
+            self._refused = True
+            # The request line is parsed onto the request only once the body is in: read the channel's.
+            method, path = (getattr(self.channel, name, b"-") or b"-" for name in ("_command", "_path"))
+            logger.warning("refused %s %s: 413 body over %s bytes (by the server, before the application)",
+                           method.decode("latin-1", "replace"), path.decode("latin-1", "replace").partition("?")[0], limit)
+            transport = self.channel.transport if self.channel is not None else None
+            if transport is not None:
+                transport.write(_server_refusal(limit))
+                transport.loseConnection()
+
+    http_protocol.WebRequest = BoundedWebRequest

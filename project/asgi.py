@@ -19,7 +19,9 @@ from askcards.api.longpoll import LongPollApp  # noqa: E402
 from askcards.consumers import PanelConsumer  # noqa: E402
 from askcards.api.urls import LONG_POLL_VIEWS  # noqa: E402
 from askcards.callbacks import CallbackApp, dingtalk_handle, feishu_handle  # noqa: E402
-from askcards.edge import BoundedBody, OriginValidator, no_socket  # noqa: E402
+from askcards.edge import BoundedBody, OriginValidator, bound_server_bodies, no_socket  # noqa: E402
+
+bound_server_bodies()  # daphne itself stops reading a body past the limit (see askcards.edge)
 
 
 class StaticFiles(ASGIStaticFilesHandler):
