@@ -21,28 +21,14 @@ from django.utils import timezone
 from askcards import callbacks, services
 from askcards.models import Ask, CallbackReceipt, OutboxEvent
 from askcards.surfaces.dingtalk.callbacks import replay_key
-from tests.dingtalk.integration import API_SECRET, QUESTIONS, create, make_bot, make_session, out_track_id
-from tests.fakes.dingtalk import FakeDingTalk, callback_payload, signed_callback
+from tests.dingtalk.integration import API_SECRET, QUESTIONS, create, make_session, out_track_id
+from tests.fakes.dingtalk import callback_payload, signed_callback
+from tests.dingtalk.conftest import bot, dingtalk_surface, fake  # noqa: F401  (the DingTalk fixtures)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 ROOT = Path(__file__).resolve().parents[2]
 
-
-@pytest.fixture(autouse=True)
-def dingtalk_surface(settings):
-    settings.ASKCARDS_SURFACES = ["askcards.surfaces.dingtalk.surface.DingTalkSurface"]
-
-
-@pytest.fixture
-def fake():
-    with FakeDingTalk() as server:
-        yield server
-
-
-@pytest.fixture
-def bot(fake):
-    return make_bot(fake)
 
 
 def ask_for(agent, bot, user_id: str) -> Ask:

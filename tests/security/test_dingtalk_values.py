@@ -11,9 +11,10 @@ from askcards.management.commands.askcards_dingtalk_stream import handle_sync
 from askcards.models import Ask, AskEvent, Respondent
 from askcards.tools import dingtalk_ask_user_question as dt
 from tests.dingtalk.integration import (
-    FIELDS, QUESTIONS, click, create, make_bot, make_session, out_track_id, private_view,
+    FIELDS, QUESTIONS, click, create, out_track_id, private_view,
 )
-from tests.fakes.dingtalk import FakeDingTalk, callback_payload
+from tests.fakes.dingtalk import callback_payload
+from tests.dingtalk.conftest import bot, dingtalk_surface, fake, session  # noqa: F401  (the DingTalk fixtures)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -34,26 +35,6 @@ EVERY_TYPE = [
      "options": [{"value": "x", "text": "加蛋"}, {"value": "y", "text": "加面"}]},
 ]
 
-
-@pytest.fixture(autouse=True)
-def dingtalk_surface(settings):
-    settings.ASKCARDS_SURFACES = ["askcards.surfaces.dingtalk.surface.DingTalkSurface"]
-
-
-@pytest.fixture
-def fake():
-    with FakeDingTalk() as server:
-        yield server
-
-
-@pytest.fixture
-def bot(fake):
-    return make_bot(fake)
-
-
-@pytest.fixture
-def session(agent, bot):
-    return make_session(agent, bot)
 
 
 def refused(response, ask) -> bool:

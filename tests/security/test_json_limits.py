@@ -172,15 +172,10 @@ def test_api_body_of_20000_brackets_is_400_in_the_api_error_shape(api, route, no
 @pytest.mark.asyncio
 async def test_panel_message_of_20000_brackets_gets_an_error_and_the_socket_answers_after(
         settings, recording_surface, agent, web_session, no_tracebacks):
-    settings.ASKCARDS_SURFACES = ["askcards.surfaces.web.WebSurface"]
-    from tests.consumers.test_panel import _panel
-    from tests.conftest import QUESTIONS, answer_for, person
+    from tests.conftest import answer_for
+    from tests.security.panel import panel_with_ask
 
-    user = await database_sync_to_async(person)("alice")
-    panel = await _panel(user)
-    ask = (await database_sync_to_async(services.tool_call)(
-        agent=agent, session=web_session, name="ask_user_questions", arguments={"questions": QUESTIONS})).ask
-    assert (await panel.receive_json_from(timeout=5))["requestId"] == ask.id
+    panel, ask = await panel_with_ask(settings, agent, web_session)
     await panel.send_to(text_data=DEEP)
     error = await panel.receive_json_from(timeout=5)
     assert error["type"] == "error" and "nested deeper than 64 levels" in error["error"]

@@ -17,31 +17,20 @@ from askcards.errors import InvalidInput
 from askcards.models import Agent, Ask, AskEvent, CallbackReceipt, Respondent
 from askcards.surfaces.feishu import security
 from askcards.tools.ask_user_questions import CUSTOM_MAX_CHARS
-from tests.conftest import QUESTIONS, answer_for, person
+from tests.conftest import QUESTIONS, answer_for
 from tests.dingtalk import integration as dingtalk
 from tests.fakes.dingtalk import FakeDingTalk
 from tests.feishu.integration import ENCRYPT_KEY, VERIFICATION_TOKEN
+from tests.security.panel import panel_with_ask
 
 # ------------------------------------------------------------------------------------ the panel
-
-
-async def _panel_with_ask(settings, agent, web_session):
-    from tests.consumers.test_panel import _panel
-
-    settings.ASKCARDS_SURFACES = ["askcards.surfaces.web.WebSurface"]
-    user = await database_sync_to_async(person)("alice")
-    panel = await _panel(user)
-    ask = (await database_sync_to_async(services.tool_call)(
-        agent=agent, session=web_session, name="ask_user_questions", arguments={"questions": QUESTIONS})).ask
-    await panel.receive_json_from(timeout=5)
-    return panel, ask
 
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.asyncio
 async def test_panel_custom_input_over_1000_characters_is_an_error_ack_and_the_ask_stays_pending(
         settings, recording_surface, agent, web_session):
-    panel, ask = await _panel_with_ask(settings, agent, web_session)
+    panel, ask = await panel_with_ask(settings, agent, web_session)
     await panel.send_json_to({"type": "ask_user_questions_result", "requestId": ask.id,
                               "answers": answer_for(labels=(), custom="长" * (CUSTOM_MAX_CHARS + 1))})
     ack = await panel.receive_json_from(timeout=5)
@@ -59,7 +48,7 @@ async def test_panel_custom_input_over_1000_characters_is_an_error_ack_and_the_a
 @pytest.mark.asyncio
 async def test_panel_message_of_900_kb_is_an_error_and_the_ask_stays_pending(settings, recording_surface, agent,
                                                                              web_session):
-    panel, ask = await _panel_with_ask(settings, agent, web_session)
+    panel, ask = await panel_with_ask(settings, agent, web_session)
     await panel.send_json_to({"type": "ask_user_questions_result", "requestId": ask.id,
                               "answers": answer_for(labels=(), custom="x" * 900_000)})
     error = await panel.receive_json_from(timeout=5)

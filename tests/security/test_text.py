@@ -13,10 +13,11 @@ from askcards import services
 from askcards.models import Ask, AskEvent, Respondent
 from askcards.surfaces.dingtalk import callbacks as dingtalk_callbacks
 from askcards.surfaces.feishu import security
-from tests.conftest import QUESTIONS, answer_for, person
+from tests.conftest import QUESTIONS, answer_for
 from tests.dingtalk import integration as dingtalk
 from tests.fakes.dingtalk import FakeDingTalk
 from tests.feishu.integration import ENCRYPT_KEY, VERIFICATION_TOKEN
+from tests.security.panel import panel_with_ask
 
 UNSTORABLE = {"nul": "a\u0000b", "surrogate": "a\ud800b"}
 
@@ -29,14 +30,7 @@ UNSTORABLE = {"nul": "a\u0000b", "surrogate": "a\ud800b"}
 @pytest.mark.parametrize("text", UNSTORABLE.values(), ids=UNSTORABLE.keys())
 async def test_panel_answer_with_unstorable_text_gets_an_error_ack_and_the_socket_answers_after(
         settings, recording_surface, agent, web_session, text):
-    from tests.consumers.test_panel import _panel
-
-    settings.ASKCARDS_SURFACES = ["askcards.surfaces.web.WebSurface"]
-    user = await database_sync_to_async(person)("alice")
-    panel = await _panel(user)
-    ask = (await database_sync_to_async(services.tool_call)(
-        agent=agent, session=web_session, name="ask_user_questions", arguments={"questions": QUESTIONS})).ask
-    await panel.receive_json_from(timeout=5)
+    panel, ask = await panel_with_ask(settings, agent, web_session)
     # json.dumps escapes both as \u0000 / \ud800, as a browser's JSON.stringify does.
     await panel.send_to(text_data=json.dumps({"type": "ask_user_questions_result", "requestId": ask.id,
                                               "answers": answer_for(labels=(), custom=text)}))
