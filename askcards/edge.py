@@ -271,11 +271,14 @@ async def no_socket(scope, receive, send):
 
 
 class RefusalWithoutTraceback(logging.Filter):
-    """For Django's ``django.security.*`` loggers: a refused request (a bad ``Host``, a path that
-    escapes a folder, a body over the limit) is the client's error, answered 400 by Django. Logged
-    as one warning line, like the refusals above, not as an ERROR with a traceback."""
+    """For Django's ``django.security.*`` loggers and ``django.request``: a refused request (a bad
+    ``Host``, a path that escapes a folder, a body over the limit, an admin page the user may not
+    see) is the client's error, answered 4xx by Django. Logged as one warning line, like the
+    refusals above, not with a traceback. A server error (5xx) keeps its traceback."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(record, "status_code", 400) >= 500:
+            return True
         record.exc_info, record.exc_text = None, None
         if record.levelno > logging.WARNING:
             record.levelno, record.levelname = logging.WARNING, "WARNING"

@@ -331,6 +331,7 @@ LOGGING = {
                          "DisallowedModelAdminToField", "InvalidSessionKey", "SuspiciousSession",
                          "SuspiciousMultipartForm", "csrf")
         },
+        "django.request": {"filters": ["refusal"]},  # its 4xx lines (a denied admin page) carry a traceback too
         "django.db.backends": {"level": "WARNING"},
         "daphne": {"level": "WARNING"},
         "axes.apps": {"level": "WARNING"},  # its start-up banner, in every command

@@ -60,3 +60,25 @@ async def test_a_host_django_does_not_serve_is_a_400_without_traceback(path, cap
     assert response.status == 400
     _no_errors(caplog)
     assert any(r.name == "django.security.DisallowedHost" for r in caplog.records)  # still logged, as a warning
+
+
+@pytest.mark.asyncio
+async def test_an_admin_page_the_operator_may_not_see_is_a_403_without_traceback(caplog):
+    from asgiref.sync import sync_to_async
+    from django.test import Client
+
+    from tests.conftest import person
+
+    def denied_page():
+        operator = person("limited-operator")
+        operator.is_staff = True
+        operator.save()
+        client = Client()
+        client.force_login(operator)
+        return client.get("/admin/askcards/ask/add/")
+
+    with caplog.at_level(logging.INFO):
+        response = await sync_to_async(denied_page)()
+    assert response.status_code == 403
+    _no_errors(caplog)
+    assert any(r.name == "django.request" and "Forbidden" in r.getMessage() for r in caplog.records)
