@@ -15,13 +15,13 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import json
 import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from askcards import jsonlimits
+from askcards.tools.dingtalk_ask_user_question import as_text
 
 SIGNATURE_HEADER = "x-ddpaas-signature"
 TIMESTAMP_HEADER = "x-ddpaas-signature-timestamp"
@@ -186,8 +186,7 @@ def _check_lengths(form: dict[str, Any], out_track_id: str) -> None:
         for item in values:
             if isinstance(item, dict) and "value" in item:  # SELECT / MULTI_SELECT send {index, value}
                 item = item["value"]
-            # Anything but a string is shown as its compact JSON (the tool's as_text).
-            text = item if isinstance(item, str) else json.dumps(item, ensure_ascii=False, separators=(",", ":"))
+            text = as_text(item)  # as the card shows it
             if len(text) > MAX_VALUE_CHARS:
                 raise MalformedCallback(f"the answer to field {str(name)[:64]!r} is longer than {MAX_VALUE_CHARS} characters",
                                         out_track_id=out_track_id)
