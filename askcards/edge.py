@@ -298,8 +298,7 @@ class RefusalWithoutTraceback(logging.Filter):
 
 
 def _server_refusal(limit: int) -> bytes:
-    refused = _too_large(limit)
-    body = json.dumps({"error": {"code": refused.code, "message": refused.message}}).encode()
+    body = _too_large(limit).response().content
     return (
         b"HTTP/1.1 413 Request Entity Too Large\r\ncontent-type: application/json\r\n"
         b"content-length: %d\r\nconnection: close\r\nx-content-type-options: nosniff\r\n\r\n%s" % (len(body), body)

@@ -1,7 +1,8 @@
-from django.http import JsonResponse
 from django.urls import path, re_path, register_converter
 from django.urls.converters import StringConverter
 from django.views.decorators.csrf import csrf_exempt
+
+from askcards import edge
 
 from . import views
 
@@ -28,7 +29,7 @@ LONG_POLL_VIEWS = {
 def no_endpoint(request, *args, **kwargs):
     """Anything else under /api/v1/ gets the API's JSON error instead of Django's HTML 404 page."""
     message = f"no API endpoint {request.method} {request.path!r}; the endpoints are listed at /api/docs/"
-    return JsonResponse({"error": {"code": "not_found", "message": message}}, status=404)
+    return edge.error_response(404, "not_found", message)
 
 
 urlpatterns = [
