@@ -153,7 +153,8 @@ class BoundedBody:
     application. Over-long ``Content-Length`` → 413 without reading; a streamed body passing the
     limit → the application sees the client go away (Django's handler then returns without a
     response or a log line) and the client gets 413. Routes with smaller limits apply theirs
-    through ``read_body``."""
+    through ``read_body``. Under daphne, ``bound_server_bodies`` below already stops the server
+    reading at the same limit; this keeps the rule for any other ASGI server and for tests."""
 
     def __init__(self, app):
         self.app = app
