@@ -97,6 +97,10 @@ def session_upsert(
         values["bot"] = bot
     if parent is not None:
         values["parent"] = parent
+    existing = Session.objects.filter(agent=agent, key=key).first()
+    if existing is not None and _unchanged(existing, values):
+        # Clients that name their session on every request (MCP URLs) mostly repeat it: no write.
+        return existing, False
     try:
         with transaction.atomic():
             session, created = Session.objects.update_or_create(agent=agent, key=key, defaults=values)
@@ -108,6 +112,29 @@ def session_upsert(
         session.save()
         created = False
     return session, created
+
+
+def _unchanged(session: Session, values: dict[str, Any]) -> bool:
+    for name, value in values.items():
+        if isinstance(value, models.Model):
+            if getattr(session, f"{name}_id") != value.pk:
+                return False
+        elif getattr(session, name) != value:
+            return False
+    return True
+
+
+def session_bot(*, app_id: str, platform: str | None, key: str) -> Bot:
+    """The active bot a session names by its ``app_id`` / ``client_id``, on the session's platform
+    (given, or inferred from ``key``); InvalidInput when there is none."""
+    platform = platform or (infer_platform(key) or (None,))[0]
+    bots = Bot.objects.filter(app_id=app_id, is_active=True)
+    if platform in Bot.Platform.values:
+        bots = bots.filter(platform=platform)
+    bot = bots.first()
+    if bot is None:
+        raise InvalidInput(f"no active bot with app_id/client_id {app_id!r}; add it with askcards_bot")
+    return bot
 
 
 def session_check_web_user(*, agent: Agent, web_user: str) -> None:
@@ -492,6 +519,13 @@ def ask_click_rejected(*, ask: Ask, why: str, actor: str, surface: str) -> None:
 
 
 # ------------------------------------------------------------------------------- other endings
+
+
+def ask_result_returned(*, ask: Ask) -> None:
+    """A response just handed this terminal ask's result to its agent (REST or MCP): the result
+    counts as delivered (its retention clock starts) and its ask.closed event needs no webhook."""
+    if not ask.is_open and ask.result_delivered_at is None:
+        outbox.result_returned(ask.id, timezone.now())
 
 
 def ask_cancel(*, ask: Ask, reason: str = Ask.Reason.BY_AGENT, actor: str) -> bool:

@@ -20,6 +20,7 @@ from askcards.consumers import PanelConsumer  # noqa: E402
 from askcards.api.urls import LONG_POLL_VIEWS  # noqa: E402
 from askcards.callbacks import CallbackApp, dingtalk_handle, feishu_handle  # noqa: E402
 from askcards.edge import BoundedBody, OriginValidator, bound_server_bodies, no_socket  # noqa: E402
+from askcards.mcp.app import McpApp  # noqa: E402
 
 bound_server_bodies()  # daphne itself stops reading a body past the limit (see askcards.edge)
 
@@ -36,11 +37,12 @@ class StaticFiles(ASGIStaticFilesHandler):
             raise Http404("no such static file") from None
 
 
-# The long-poll and callback routes bypass Django's handler and middleware; askcards.edge gives
+# The long-poll, callback and MCP routes bypass Django's handler and middleware; askcards.edge gives
 # them Django's Host check, security headers and a bounded body (see LongPollApp, CallbackApp).
 http_routes = [path(f"api/v1/{route}", LongPollApp(view.as_view())) for route, view in LONG_POLL_VIEWS.items()]
 http_routes.append(path("callbacks/feishu/<str:app_id>/", CallbackApp(feishu_handle)))
 http_routes.append(path("callbacks/dingtalk/<str:client_id>/", CallbackApp(dingtalk_handle)))
+http_routes.append(path("mcp", McpApp()))  # MCP (Streamable HTTP): parked calls hold no thread either
 http_routes.append(re_path(r"^", django_asgi_app))  # everything else: Django
 
 websocket_routes = [path("ws/panel/", PanelConsumer.as_asgi()), re_path(r"^", no_socket)]

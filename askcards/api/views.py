@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
 from rest_framework.response import Response
@@ -11,7 +10,7 @@ from rest_framework.views import APIView
 
 from askcards import events, outbox, selectors, services, tools
 from askcards.errors import AskNotPending, InvalidInput
-from askcards.models import Ask, Bot, Session
+from askcards.models import Ask, Session
 
 from . import serializers as s
 from .longpoll import LongPoll
@@ -66,14 +65,7 @@ class SessionUpsertApi(APIView):
         data = _validated(s.SessionUpsertInput, _body(request))
         agent = request.user
         if "bot" in data:
-            platform = data.get("platform") or (services.infer_platform(data["key"]) or (None,))[0]
-            bots = Bot.objects.filter(app_id=data["bot"], is_active=True)
-            if platform in Bot.Platform.values:
-                bots = bots.filter(platform=platform)
-            bot = bots.first()
-            if bot is None:
-                raise InvalidInput(f"no active bot with app_id/client_id {data['bot']!r}; add it with askcards_bot")
-            data["bot"] = bot
+            data["bot"] = services.session_bot(app_id=data["bot"], platform=data.get("platform"), key=data["key"])
         if "parent" in data:
             data["parent"] = selectors.session_get(agent=agent, session_ref=data["parent"])
         session, created = services.session_upsert(agent=agent, **data)
@@ -129,12 +121,11 @@ class AgentRecoverApi(APIView):
 def _ask_body(agent, ask_id: str, *, final: bool, wrap=None) -> dict[str, Any] | None:
     """The ask as it is now; None while it is still open and the caller may keep waiting.
 
-    Handing a terminal ask's result to its agent delivers it (see outbox.result_returned)."""
+    Handing a terminal ask's result to its agent delivers it (see services.ask_result_returned)."""
     ask = selectors.ask_get(agent=agent, ask_id=ask_id)
     if not final and ask.is_open:
         return None
-    if not ask.is_open and ask.result_delivered_at is None:
-        outbox.result_returned(ask.id, timezone.now())
+    services.ask_result_returned(ask=ask)
     data = selectors.ask_data(ask)
     return wrap(ask, data) if wrap else data
 

@@ -1,0 +1,167 @@
+"""``/mcp``: the ASGI app in front of the SDK's Streamable HTTP transport.
+
+Served by ``project.asgi`` ahead of Django's handler (like the long-polls: a parked call must not
+hold a thread). Before the SDK sees a request, the edge rules of every askcards route apply:
+
+- ``Host`` by Django's rule (``ALLOWED_HOSTS``); a browser's ``Origin`` must be the site's own,
+  ``ASKCARDS_PUBLIC_URL``'s or a ``CSRF_TRUSTED_ORIGINS`` one (the panel socket's rule). The SDK's
+  own transport security is configured from the same settings where it can express them.
+- The body: refused by ``Content-Length`` over ``DATA_UPLOAD_MAX_MEMORY_SIZE`` before anything
+  is read, then the agent key is checked, and only then is the body read (bounded) and parsed
+  with askcards' JSON limits (size, nesting depth, no NaN) before the SDK parses it again.
+- ``Authorization: Bearer <agent key>``; otherwise 401 with ``WWW-Authenticate: Bearer``.
+
+The SDK runs stateless (a fresh transport per request, no ``Mcp-Session-Id``), so no request
+depends on what another request left in this process's memory.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import weakref
+from urllib.parse import urlsplit
+
+from django.conf import settings
+from django.core.handlers.asgi import ASGIRequest
+from django.http import HttpResponse
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE, TransportSecuritySettings
+
+from askcards import edge, jsonlimits
+from askcards.db import in_pool
+
+from .caller import Unauthorized, agent_for
+from .server import build_server
+
+logger = logging.getLogger(__name__)
+
+PARSE_ERROR = -32700
+
+
+def transport_security() -> TransportSecuritySettings:
+    """The SDK's Host/Origin check from ``ALLOWED_HOSTS``, ``ASKCARDS_PUBLIC_URL`` and
+    ``CSRF_TRUSTED_ORIGINS``. Django's patterns it cannot express (``*``, ``.example.com``) turn
+    it off; Django's own check, which runs first on every request, still applies them."""
+    hosts = list(settings.ALLOWED_HOSTS)
+    if any(host == "*" or host.startswith(".") for host in hosts):
+        return TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    allowed_hosts = [pattern for host in hosts for pattern in (host, f"{host}:*")]
+    origins = [f"{scheme}://{pattern}" for scheme in ("http", "https") for pattern in allowed_hosts]
+    for url in [getattr(settings, "ASKCARDS_PUBLIC_URL", ""), *getattr(settings, "CSRF_TRUSTED_ORIGINS", [])]:
+        parts = urlsplit(url)
+        if parts.scheme and parts.netloc and "*" not in parts.netloc:
+            origins.append(f"{parts.scheme}://{parts.netloc}")
+    return TransportSecuritySettings(allowed_hosts=allowed_hosts, allowed_origins=origins)
+
+
+def _header(scope, name: bytes) -> str | None:
+    value = next((v for k, v in scope.get("headers", ()) if k.lower() == name), None)
+    return value.decode("latin-1") if value is not None else None
+
+
+def _unauthorized(message: str) -> HttpResponse:
+    response = edge.error_response(401, "invalid_key", message)
+    response["WWW-Authenticate"] = 'Bearer realm="askcards"'
+    return response
+
+
+def _parse_error(message: str) -> HttpResponse:
+    body = {"jsonrpc": "2.0", "id": None, "error": {"code": PARSE_ERROR, "message": message}}
+    return HttpResponse(json.dumps(body), status=400, content_type="application/json")
+
+
+class McpApp:
+    """ASGI app for ``/mcp``: edge checks, then the SDK's stateless Streamable HTTP manager.
+
+    The manager needs a running task group (an ASGI lifespan, which daphne does not send), so it is
+    started on the first request, once per event loop, and runs as long as that loop."""
+
+    def __init__(self):
+        self.server = build_server()
+        self._managers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return
+        try:
+            request = edge.request_for(scope)
+            origin = _header(scope, b"origin")
+            if origin is not None and not edge.origin_allowed(scope):
+                raise edge.Refused(403, "forbidden", f"Origin {origin[:100]!r} may not call this endpoint.")
+            limit = edge.default_body_limit()
+            edge.check_length(scope, limit)
+            try:
+                agent = await in_pool(agent_for, _header(scope, b"authorization"))
+            except Unauthorized as exc:
+                logger.warning("refused %s %s: 401 %s", scope["method"], scope["path"], exc)
+                await edge.send_response(send, _unauthorized(str(exc)), request)
+                return
+            body = await edge.read_body(scope, receive, limit)
+        except edge.Refused as refused:
+            await edge.refuse(scope, send, refused)
+            return
+        if body is None:  # the client went away
+            return
+        if body:
+            try:
+                jsonlimits.load(body, what="MCP message", max_bytes=limit)
+            except jsonlimits.JSONRefused as exc:
+                await edge.send_response(send, _parse_error(str(exc)), request)
+                return
+        manager = await self._manager(limit)
+        await manager.handle_request({**scope, "askcards.agent": agent}, _replay(body, receive), _secured(send, request))
+
+    async def _manager(self, limit: int | None) -> StreamableHTTPSessionManager:
+        loop = asyncio.get_running_loop()
+        started = self._managers.get(loop)
+        if started is None:
+            manager = StreamableHTTPSessionManager(
+                app=self.server,
+                stateless=True,
+                security_settings=transport_security(),
+                max_request_body_size=limit or DEFAULT_MAX_REQUEST_BODY_SIZE,
+            )
+            ready: asyncio.Future = loop.create_future()
+
+            async def run():
+                async with manager.run():
+                    ready.set_result(manager)
+                    await loop.create_future()  # until the loop ends
+
+            started = (ready, loop.create_task(run()))
+            self._managers[loop] = started
+        return await asyncio.shield(started[0])
+
+
+def _replay(body: bytes, receive):
+    """A ``receive`` that gives the body already read, then the client's own messages
+    (disconnect)."""
+    sent = False
+
+    async def replayed():
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replayed
+
+
+def _secured(send, request: ASGIRequest):
+    """``send`` adding the security headers Django's middleware would add to the response."""
+
+    async def secured(message):
+        if message["type"] == "http.response.start":
+            extra = edge.with_security_headers(request, HttpResponse())
+            present = {name.lower() for name, _ in message.get("headers", ())}
+            headers = list(message.get("headers", ()))
+            for name, value in extra.items():
+                if name.lower() != "content-type" and name.lower().encode() not in present:
+                    headers.append((name.lower().encode("latin-1"), str(value).encode("latin-1")))
+            message = {**message, "headers": headers}
+        await send(message)
+
+    return secured
+

@@ -1,0 +1,94 @@
+"""Who calls: the agent (its Bearer key) and the session its URL names.
+
+An MCP client is configured with one URL and one header, so the URL names the session:
+``/mcp?session=<key>``, plus optionally the fields of ``POST /api/v1/sessions`` (``platform``,
+``web_user``, ``chat_type``, ``chat_id``, ``user_id``, ``user_name``, ``bot``) and ``sender_id``
+(whom the asks are for, as in ``POST /api/v1/tools/call``). Every request upserts that session by
+the same rules as the REST endpoint (key inference, grants, tools by platform); a request that
+repeats what the session already holds writes nothing.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import parse_qsl
+
+from askcards import services
+from askcards.api.auth import authenticate_key
+from askcards.api.serializers import SessionUpsertInput
+from askcards.errors import InvalidInput
+from askcards.models import Agent, Session
+
+SESSION_FIELDS = ("platform", "web_user", "chat_type", "chat_id", "user_id", "user_name", "bot")
+QUERY_FIELDS = ("session", *SESSION_FIELDS, "sender_id")
+SENDER_MAX_LENGTH = 200
+
+HOW_TO_NAME = (
+    "name the session in the URL: /mcp?session=<key>, for example "
+    "/mcp?session=feishu-<botId>-private-<userId> (a Feishu private chat) or "
+    "/mcp?session=my-task&platform=web&web_user=<username> (the web panel); "
+    f"the URL may also give {', '.join(SESSION_FIELDS)} and sender_id, as POST /api/v1/sessions takes them"
+)
+
+
+class Unauthorized(Exception):
+    """No valid agent key: HTTP 401 with ``WWW-Authenticate: Bearer``."""
+
+
+@dataclass(frozen=True)
+class Caller:
+    agent: Agent
+    session: Session
+    sender_id: str
+
+
+def agent_for(authorization: str | None) -> Agent:
+    """The agent whose key the ``Authorization`` header carries; Unauthorized otherwise."""
+    if not authorization:
+        raise Unauthorized("This endpoint needs 'Authorization: Bearer <agent key>' (the agent's REST key).")
+    scheme, _, key = authorization.partition(" ")
+    key = key.strip()
+    if scheme.lower() != "bearer" or not key or " " in key:
+        raise Unauthorized("Invalid Authorization header: expected 'Bearer <agent key>'.")
+    try:
+        return authenticate_key(key)
+    except Exception as exc:  # DRF's AuthenticationFailed: unknown key or deactivated agent
+        raise Unauthorized(str(getattr(exc, "detail", exc))) from None
+
+
+def query_fields(query_string: bytes) -> dict[str, str]:
+    """The URL's parameters; InvalidInput for an unknown or repeated one."""
+    try:
+        pairs = parse_qsl(query_string.decode("utf-8"), keep_blank_values=True, strict_parsing=False)
+    except UnicodeDecodeError:
+        raise InvalidInput("the URL's query string is not UTF-8") from None
+    fields: dict[str, str] = {}
+    for name, value in pairs:
+        if name not in QUERY_FIELDS:
+            raise InvalidInput(f"unknown URL parameter {name!r}; expected: {', '.join(QUERY_FIELDS)}")
+        if name in fields:
+            raise InvalidInput(f"URL parameter {name!r} is given twice")
+        fields[name] = value
+    return fields
+
+
+def caller_for(agent: Agent, query_string: bytes) -> Caller:
+    """The caller of one MCP request: its session upserted from the URL (sync: runs in the pool)."""
+    fields = query_fields(query_string)
+    sender_id = fields.pop("sender_id", "")
+    if len(sender_id) > SENDER_MAX_LENGTH:
+        raise InvalidInput(f"sender_id is longer than {SENDER_MAX_LENGTH} characters")
+    if not fields.get("session"):
+        raise InvalidInput(f"this MCP URL names no session; {HOW_TO_NAME}")
+    data = {"key" if name == "session" else name: value for name, value in fields.items()}
+    serializer = SessionUpsertInput(data=data)
+    if not serializer.is_valid():
+        problems = "; ".join(
+            f"{'session' if name == 'key' else name}: {' '.join(str(m) for m in messages)}"
+            for name, messages in serializer.errors.items()
+        )
+        raise InvalidInput(f"invalid session in the MCP URL ({problems}); {HOW_TO_NAME}")
+    values = dict(serializer.validated_data)
+    if "bot" in values:
+        values["bot"] = services.session_bot(app_id=values["bot"], platform=values.get("platform"), key=values["key"])
+    session, _ = services.session_upsert(agent=agent, **values)
+    return Caller(agent=agent, session=session, sender_id=sender_id)

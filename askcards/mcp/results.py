@@ -1,0 +1,105 @@
+"""What MCP clients read: an ask as a tool result and as a task (2025-11-25 tasks).
+
+- A tool result's text content is the REST ``tool_result`` (the string the model reads) and its
+  ``structuredContent`` the REST tool call's body ``{status, ask, tool_result}``. Asks that end
+  without an answer (expired, failed, invalidated, cancelled) are ``isError``, their text saying
+  why, as in REST.
+- A task is an ask: task id = ask id. pending → ``working``; answered → ``completed``; expired,
+  failed, invalidated → ``completed`` (its result ``isError`` with the reason); cancelled →
+  ``cancelled``. The task's result is what the model reads once the ask has ended: the tool
+  result of a blocking tool, and for the DingTalk tool (which answers at once) its later message.
+"""
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+
+from askcards import selectors
+from askcards.models import Ask
+from askcards.tools import ERROR_TEXTS
+
+CALL_ID_META = "io.askcards/call_id"
+TIMEOUT_META = "io.askcards/timeout_seconds"
+ASK_ID_META = "io.askcards/ask_id"
+RELATED_TASK_META = "io.modelcontextprotocol/related-task"
+
+POLL_INTERVAL_MS = 5000
+ERROR_STATUSES = frozenset({Ask.Status.EXPIRED, Ask.Status.FAILED, Ask.Status.INVALIDATED, Ask.Status.CANCELLED})
+TASK_STATUS = {
+    Ask.Status.RESERVED: "working",
+    Ask.Status.PENDING: "working",
+    Ask.Status.ANSWERED: "completed",
+    Ask.Status.EXPIRED: "completed",
+    Ask.Status.FAILED: "completed",
+    Ask.Status.INVALIDATED: "completed",
+    Ask.Status.CANCELLED: "cancelled",
+}
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat().replace("+00:00", "Z") if value else None
+
+
+def tool_result(status: str, text: str | None, ask: Ask | None) -> dict[str, Any]:
+    """A ``CallToolResult`` (wire shape) for a tool call's outcome."""
+    data = selectors.ask_data(ask) if ask is not None else None
+    result: dict[str, Any] = {
+        "content": [{"type": "text", "text": text or ""}],
+        "structuredContent": {"status": status, "ask": data, "tool_result": text},
+        "isError": status in ERROR_STATUSES,
+    }
+    if ask is not None:
+        result["_meta"] = {ASK_ID_META: ask.id}
+    return result
+
+
+def task_result(ask: Ask) -> dict[str, Any]:
+    """The tool result a finished task hands over (``tasks/result``)."""
+    stored = ask.result or {}
+    text = stored.get("message") or stored.get("tool_result")
+    if text is None:  # answers purged after the retention period, or an ask without a result text
+        text = ERROR_TEXTS.get(ask.reason, ask.reason)
+    result = tool_result(ask.status, text, ask)
+    result["_meta"][RELATED_TASK_META] = {"taskId": ask.id}
+    return result
+
+
+def waiting_message(ask: Ask) -> str:
+    """Where the question waits and for whom (progress notifications, a working task's status)."""
+    people = [r.respondent_id for r in ask.respondents.all() if r.status == "pending"] or [
+        ask.session.user_name or ask.session.user_id or ask.session.web_user or ask.sender_id
+    ]
+    who = ", ".join(p for p in people if p) or "anyone in the chat"
+    where = ", ".join(ask.surfaces) or "no surface yet"
+    return f"waiting for {who} to answer on {where} (ask {ask.id}, deadline {_iso(ask.deadline)})"
+
+
+def status_message(ask: Ask) -> str:
+    if ask.is_open:
+        return waiting_message(ask)
+    if ask.status == Ask.Status.ANSWERED:
+        return f"answered ({ask.reason})"
+    return f"{ask.status}: {ERROR_TEXTS.get(ask.reason, ask.reason)}"
+
+
+def ttl_ms(ask: Ask) -> int:
+    """How long the task stays readable from its creation: until its deadline, and its answers
+    for the retention period after that (the ask row itself is kept)."""
+    retention = getattr(settings, "ASKCARDS_ANSWER_RETENTION_DAYS", 30) * 86400
+    return int(((ask.deadline - ask.created_at).total_seconds() + retention) * 1000)
+
+
+def task(ask: Ask) -> dict[str, Any]:
+    """The ask as a 2025-11-25 ``Task`` (wire shape)."""
+    updated = ask.closed_at or ask.activated_at or ask.created_at
+    return {
+        "taskId": ask.id,
+        "status": TASK_STATUS[ask.status],
+        "statusMessage": status_message(ask),
+        "createdAt": _iso(ask.created_at),
+        "lastUpdatedAt": _iso(updated),
+        "ttl": ttl_ms(ask),
+        "pollInterval": POLL_INTERVAL_MS,
+    }

@@ -1,0 +1,349 @@
+"""The MCP server: the official SDK's low-level ``Server`` with askcards' handlers.
+
+- ``tools/list``: the session's tools, as ``GET /api/v1/sessions/{id}/tools`` lists them, each
+  declaring ``execution.taskSupport: optional``.
+- ``tools/call``: ``services.tool_call``, as ``POST /api/v1/tools/call`` runs it. A blocking tool's
+  call keeps its response stream open until the ask ends (its deadline at most), parked on the
+  channel layer like the REST long-polls: no thread and no database connection while it waits,
+  progress notifications every ``PROGRESS_SECONDS`` when the request carried a ``progressToken``.
+  ``notifications/cancelled`` for that request cancels the ask (``by_agent``); a dropped
+  connection cancels nothing.
+- Tasks (2025-11-25): a ``tools/call`` with ``params.task`` answers at once with the ask as a
+  working task; ``tasks/get``, ``tasks/result``, ``tasks/cancel`` and ``tasks/list`` read the
+  database, so any process answers them, across restarts, for the calling agent only.
+
+Every request is served statelessly (the SDK's stateless Streamable HTTP mode, and the
+2026-07-28 revision, which is stateless by design): the agent comes from the Bearer key and the
+session from the URL on every request, so any process of a scale-out serves any request.
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from contextvars import ContextVar
+from typing import Any
+
+import anyio
+import mcp_types as types
+from channels.layers import get_channel_layer
+from django.db.models import Q, prefetch_related_objects
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+from mcp.server.context import CallNext, ServerRequestContext
+from mcp.server.lowlevel.server import Server
+from mcp.shared.exceptions import MCPError
+from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
+from pydantic import ValidationError
+
+from askcards import events, selectors, services, tools
+from askcards.db import in_pool
+from askcards.errors import AskcardsError, NotFound
+from askcards.models import Agent, Ask
+
+from . import results
+from .caller import Caller, caller_for
+
+logger = logging.getLogger(__name__)
+
+PROGRESS_SECONDS = 10  # progress notifications while a call waits (at least every 15 s, as promised)
+DEADLINE_GRACE_SECONDS = 30  # the worker expires an ask within ~2 s of its deadline; wait this long past it
+TASKS_PAGE_SIZE = 50
+TASKS_VERSION = "2025-11-25"  # the protocol revision whose core carries tasks
+CANCEL = "askcards.mcp_cancel"  # channel-layer message: notifications/cancelled for a parked call
+
+INSTRUCTIONS = (
+    "askcards asks people structured questions (forms on Feishu, DingTalk or a web panel) and "
+    "returns their answers. ask_user_questions waits until someone answers or its deadline passes; "
+    "dingtalk_ask_user_question returns at once and its answer arrives later."
+)
+
+_caller: ContextVar[Caller] = ContextVar("askcards_mcp_caller")
+
+
+class AskcardsServer(Server[Any]):
+    """The SDK's server, advertising the 2025-11-25 tasks capability it has no built-in support for."""
+
+    def get_capabilities(self, *args: Any, **kwargs: Any) -> types.ServerCapabilities:
+        capabilities = super().get_capabilities(*args, **kwargs)
+        capabilities.tasks = types.ServerTasksCapability(
+            list=types.TasksListCapability(),
+            cancel=types.TasksCancelCapability(),
+            requests=types.ServerTasksRequestsCapability(tools=types.TasksToolsCapability(call=types.TasksCallCapability())),
+        )
+        return capabilities
+
+
+def build_server() -> AskcardsServer:
+    server = AskcardsServer(
+        "askcards",
+        version="1",
+        title="askcards",
+        instructions=INSTRUCTIONS,
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+    )
+    server.add_request_handler("tasks/get", types.GetTaskRequestParams, tasks_get)
+    server.add_request_handler("tasks/result", types.GetTaskPayloadRequestParams, tasks_result)
+    server.add_request_handler("tasks/cancel", types.CancelTaskRequestParams, tasks_cancel)
+    server.add_request_handler("tasks/list", types.PaginatedRequestParams, tasks_list)
+    server.add_notification_handler("notifications/cancelled", types.CancelledNotificationParams, cancelled)
+    server.middleware.append(with_caller)
+    return server
+
+
+def _invalid(message: str) -> MCPError:
+    return MCPError(code=INVALID_PARAMS, message=message)
+
+
+# ------------------------------------------------------------------------------------ the caller
+
+
+async def with_caller(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> Any:
+    """Middleware: resolve the caller (agent and the URL's session) for every request, then serve
+    it; a task-augmented ``tools/call`` is answered here with its task (the SDK's ``tools/call``
+    result shape has no room for one)."""
+    if ctx.request_id is None and ctx.method != "notifications/cancelled":
+        return await call_next(ctx)
+    scope = ctx.request.scope if ctx.request is not None else {}
+    agent = scope.get("askcards.agent")
+    if agent is None:  # not through askcards.mcp.app (which authenticates every request)
+        raise MCPError(code=INTERNAL_ERROR, message="unauthenticated request")
+    try:
+        caller = await in_pool(caller_for, agent, scope.get("query_string", b""))
+    except AskcardsError as exc:
+        if ctx.request_id is None:
+            return None
+        raise _invalid(exc.message) from None
+    token = _caller.set(caller)
+    try:
+        params = ctx.params or {}
+        if ctx.method == "tools/call" and isinstance(params.get("task"), dict) and ctx.protocol_version == TASKS_VERSION:
+            return await call_as_task(ctx, caller, params)
+        return await call_next(ctx)
+    finally:
+        _caller.reset(token)
+
+
+# ---------------------------------------------------------------------------------------- tools
+
+
+async def list_tools(ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+    session = _caller.get().session
+    return types.ListToolsResult(
+        tools=[
+            types.Tool(
+                name=tool.name,
+                description=tool.description,
+                input_schema=tool.input_schema,
+                execution=types.ToolExecution(task_support="optional"),
+            )
+            for tool in tools.tools_for(platform=session.platform, is_subagent=session.is_subagent)
+        ]
+    )
+
+
+async def _run(ctx: ServerRequestContext[Any, Any], caller: Caller, name: str, arguments: Any) -> services.ToolCallOutcome:
+    """``services.tool_call`` with the request's ``_meta`` options; protocol errors for what REST
+    answers with 4xx (unknown tool, a reused call_id, bad options)."""
+    meta = (ctx.params or {}).get("_meta") or {}
+    call_id = meta.get(results.CALL_ID_META)
+    if call_id is not None and (not isinstance(call_id, str) or not 1 <= len(call_id) <= 200):
+        raise _invalid(f"_meta[{results.CALL_ID_META!r}] must be a string of 1 to 200 characters")
+    timeout = meta.get(results.TIMEOUT_META)
+    if timeout is not None and (not isinstance(timeout, int) or isinstance(timeout, bool)):
+        raise _invalid(f"_meta[{results.TIMEOUT_META!r}] must be a whole number of seconds")
+    try:
+        return await in_pool(
+            services.tool_call,
+            agent=caller.agent,
+            session=caller.session,
+            name=name,
+            arguments={} if arguments is None else arguments,
+            call_id=call_id,
+            sender_id=caller.sender_id,
+            timeout_seconds=timeout,
+        )
+    except AskcardsError as exc:
+        raise _invalid(exc.message) from None
+
+
+def _call_result(status: str, text: str | None, ask: Ask | None) -> types.CallToolResult:
+    # The model fills what each protocol revision requires of it (2026-07-28: resultType).
+    return types.CallToolResult.model_validate(results.tool_result(status, text, ask), by_name=False)
+
+
+async def call_tool(ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> types.CallToolResult:
+    caller = _caller.get()
+    outcome = await _run(ctx, caller, params.name, params.arguments)
+    if outcome.ask is None:
+        return _call_result(outcome.status, outcome.tool_result, None)
+    ask = outcome.ask
+    if ask.is_open and ask.blocking:
+        ask = await _park(ctx, caller, ask.id, cancellable=True)
+    else:
+        ask = await in_pool(_read, caller.agent, ask.id)
+        if ask.is_open:
+            text = (
+                f"the ask {ask.id} is still open past its deadline (is the askcards worker running?); "
+                "read it later with tasks/get or GET /api/v1/asks/{id}"
+            )
+            return _call_result(Ask.Status.FAILED, text, ask)
+    if not ask.is_open:
+        await in_pool(services.ask_result_returned, ask=ask)
+    text = (ask.result or {}).get("tool_result") if ask.blocking else outcome.tool_result
+    return _call_result(ask.status if ask.blocking else outcome.status, text, ask)
+
+
+async def call_as_task(ctx: ServerRequestContext[Any, Any], caller: Caller, raw: dict[str, Any]) -> dict[str, Any]:
+    """A task-augmented ``tools/call``: the ask is created as usual and returned at once as a
+    working task (a call that creates no ask, like DingTalk's ``list``, answers directly)."""
+    try:
+        params = types.CallToolRequestParams.model_validate(raw, by_name=False)
+    except ValidationError:
+        raise _invalid("invalid tools/call params: expected {name, arguments?, task: {ttl?}}") from None
+    outcome = await _run(ctx, caller, params.name, params.arguments)
+    if outcome.ask is None:
+        return results.tool_result(outcome.status, outcome.tool_result, None)
+    task = await in_pool(_task_of, caller.agent, outcome.ask.id)
+    return {"task": task, "_meta": {results.ASK_ID_META: outcome.ask.id}}
+
+
+# ---------------------------------------------------------------------------------------- waiting
+
+
+def _read(agent: Agent, ask_id: str) -> Ask:
+    """The ask with its session and respondents read (in the pool: results are built from them
+    on the event loop, where the ORM may not run)."""
+    ask = selectors.ask_get(agent=agent, ask_id=ask_id)
+    prefetch_related_objects([ask], "respondents")
+    return ask
+
+
+def _task_of(agent: Agent, ask_id: str) -> dict[str, Any]:
+    return results.task(_read(agent, ask_id))
+
+
+def cancel_group(caller: Caller, request_id: Any) -> str:
+    """The channel-layer group of one parked ``tools/call``: its agent, session and JSON-RPC id
+    (``1`` and ``"1"`` differ). Stateless HTTP has no connection identity, so two clients sharing
+    a session and an in-flight request id share it too."""
+    digest = hashlib.sha256(f"{caller.session.pk}|{request_id!r}".encode()).hexdigest()[:40]
+    return f"askcards.mcp.{caller.agent.pk}.{digest}"
+
+
+async def _park(ctx: ServerRequestContext[Any, Any], caller: Caller, ask_id: str, *, cancellable: bool) -> Ask:
+    """Wait until the ask ends or its deadline (plus grace) passes; returns it as it is then.
+
+    Parked on the channel layer (the ask's group, and the request's cancel group): woken by its
+    changes, it re-reads the ask in the pool. A cancelled handler (the client went away) leaves the
+    ask as it is."""
+    ask = await in_pool(_read, caller.agent, ask_id)
+    if not ask.is_open:
+        return ask
+    layer = get_channel_layer()
+    channel = await layer.new_channel()
+    groups = [events.ask_group(ask_id)]
+    if cancellable and ctx.request_id is not None:
+        groups.append(cancel_group(caller, ctx.request_id))
+    for group in groups:
+        await layer.group_add(group, channel)
+    loop = asyncio.get_running_loop()
+    give_up = loop.time() + max(0.0, (ask.deadline - timezone.now()).total_seconds()) + DEADLINE_GRACE_SECONDS
+    total = max(1.0, (ask.deadline - ask.created_at).total_seconds())
+    wake: asyncio.Future | None = None
+    try:
+        ask = await in_pool(_read, caller.agent, ask_id)  # it may have ended before the subscription
+        next_progress = loop.time()
+        while ask.is_open:
+            now = loop.time()
+            if now >= next_progress:
+                elapsed = (timezone.now() - ask.created_at).total_seconds()
+                await ctx.session.report_progress(min(elapsed, total), total, results.waiting_message(ask))
+                next_progress = now + PROGRESS_SECONDS
+            if now >= give_up:
+                break
+            if wake is None:
+                wake = asyncio.ensure_future(layer.receive(channel))
+            done, _ = await asyncio.wait({wake}, timeout=min(next_progress, give_up) - now)
+            if not done:
+                continue
+            message, wake = wake.result(), None
+            if message.get("type") == CANCEL:
+                await in_pool(services.ask_cancel, ask=ask, reason=Ask.Reason.BY_AGENT, actor=f"agent:{caller.agent.name}")
+            ask = await in_pool(_read, caller.agent, ask_id)
+        return ask
+    finally:
+        if wake is not None:
+            wake.cancel()
+        with anyio.CancelScope(shield=True):
+            for group in groups:
+                await layer.group_discard(group, channel)
+
+
+async def cancelled(ctx: ServerRequestContext[Any, Any], params: types.CancelledNotificationParams) -> None:
+    """``notifications/cancelled``: tell the parked call (on whichever process holds it) to cancel
+    its ask. Stateless HTTP brings this notification in its own POST, often to another process."""
+    caller = _caller.get(None)
+    if caller is None or params.request_id is None:
+        return
+    layer = get_channel_layer()
+    await layer.group_send(cancel_group(caller, params.request_id), {"type": CANCEL})
+
+
+# ------------------------------------------------------------------------------------------ tasks
+
+
+async def _task_ask(task_id: str) -> Ask:
+    try:
+        return await in_pool(_read, _caller.get().agent, task_id)
+    except NotFound:
+        raise _invalid(f"no task {task_id!r} (a task id is the id of one of this agent's asks, like q_<32 hex>)") from None
+
+
+async def tasks_get(ctx: ServerRequestContext[Any, Any], params: types.GetTaskRequestParams) -> dict[str, Any]:
+    return results.task(await _task_ask(params.task_id))
+
+
+async def tasks_result(ctx: ServerRequestContext[Any, Any], params: types.GetTaskPayloadRequestParams) -> dict[str, Any]:
+    """Blocks until the task ends (its deadline at most), then hands over its result; a status
+    notification goes out on this stream when it ends."""
+    ask = await _task_ask(params.task_id)
+    if ask.is_open:
+        ask = await _park(ctx, _caller.get(), ask.id, cancellable=False)
+        if ask.is_open:
+            raise MCPError(code=INTERNAL_ERROR, message=f"task {ask.id} is still working past its deadline; poll tasks/get")
+        status = types.TaskStatusNotification(params=types.TaskStatusNotificationParams.model_validate(results.task(ask), by_name=False))
+        await ctx.session.send_notification(status, related_request_id=ctx.request_id)
+    await in_pool(services.ask_result_returned, ask=ask)
+    return results.task_result(ask)
+
+
+async def tasks_cancel(ctx: ServerRequestContext[Any, Any], params: types.CancelTaskRequestParams) -> dict[str, Any]:
+    caller = _caller.get()
+    ask = await _task_ask(params.task_id)
+    cancelled_now = await in_pool(services.ask_cancel, ask=ask, reason=Ask.Reason.BY_AGENT, actor=f"agent:{caller.agent.name}")
+    ask = await _task_ask(params.task_id)
+    if not cancelled_now:
+        raise _invalid(f"task {ask.id} has already ended ({ask.status}, {ask.reason}); nothing was cancelled")
+    return results.task(ask)
+
+
+def _tasks_page(agent: Agent, cursor: str | None) -> dict[str, Any]:
+    asks = selectors.ask_list(agent=agent)
+    if cursor:
+        created, _, ask_id = cursor.partition("|")
+        when = parse_datetime(created)
+        if when is None or not ask_id:
+            raise _invalid("invalid tasks/list cursor: pass the nextCursor of the previous page")
+        asks = asks.filter(Q(created_at__lt=when) | Q(created_at=when, id__lt=ask_id))
+    page = list(asks[: TASKS_PAGE_SIZE + 1])
+    data: dict[str, Any] = {"tasks": [results.task(ask) for ask in page[:TASKS_PAGE_SIZE]]}
+    if len(page) > TASKS_PAGE_SIZE:
+        last = page[TASKS_PAGE_SIZE - 1]
+        data["nextCursor"] = f"{last.created_at.isoformat()}|{last.id}"
+    return data
+
+
+async def tasks_list(ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams) -> dict[str, Any]:
+    return await in_pool(_tasks_page, _caller.get().agent, params.cursor)
