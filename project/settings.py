@@ -335,5 +335,8 @@ LOGGING = {
         "django.db.backends": {"level": "WARNING"},
         "daphne": {"level": "WARNING"},
         "axes.apps": {"level": "WARNING"},  # its start-up banner, in every command
+        # The MCP SDK logs every stateless request's transport ending ("Terminating session: None").
+        "mcp.server.streamable_http": {"level": "WARNING"},
+        "mcp.server.streamable_http_manager": {"level": "WARNING"},
     },
 }

@@ -50,6 +50,7 @@ PROGRESS_SECONDS = 10  # progress notifications while a call waits (at least eve
 DEADLINE_GRACE_SECONDS = 30  # the worker expires an ask within ~2 s of its deadline; wait this long past it
 TASKS_PAGE_SIZE = 50
 TASKS_VERSION = "2025-11-25"  # the protocol revision whose core carries tasks
+CANCEL_HANDLING_SECONDS = 10
 CANCEL = "askcards.mcp_cancel"  # channel-layer message: notifications/cancelled for a parked call
 
 INSTRUCTIONS = (
@@ -103,8 +104,18 @@ async def with_caller(ctx: ServerRequestContext[Any, Any], call_next: CallNext) 
     """Middleware: resolve the caller (agent and the URL's session) for every request, then serve
     it; a task-augmented ``tools/call`` is answered here with its task (the SDK's ``tools/call``
     result shape has no room for one)."""
-    if ctx.request_id is None and ctx.method != "notifications/cancelled":
-        return await call_next(ctx)
+    if ctx.request_id is None:
+        if ctx.method != "notifications/cancelled":
+            return await call_next(ctx)
+        # Stateless HTTP answers a notification's POST (202) and ends its transport at once, which
+        # would cancel this handler half-way: it finishes shielded (bounded) instead.
+        with anyio.move_on_after(CANCEL_HANDLING_SECONDS, shield=True):
+            return await _with_caller(ctx, call_next)
+        return None
+    return await _with_caller(ctx, call_next)
+
+
+async def _with_caller(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> Any:
     scope = ctx.request.scope if ctx.request is not None else {}
     agent = scope.get("askcards.agent")
     if agent is None:  # not through askcards.mcp.app (which authenticates every request)
