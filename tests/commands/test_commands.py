@@ -51,10 +51,16 @@ def raw_column(column: str, app_id: str) -> str:
 # ----------------------------------------------------------------------------------------- agents
 
 
-def test_agent_create_json_prints_name_key_and_secret():
+def test_agent_create_json_prints_name_key_secret_and_mcp_url():
     payload = run_json("askcards_agent", "create", "runner", "--json")
-    assert set(payload) == {"name", "key", "webhook_secret"}
+    assert set(payload) == {"name", "key", "webhook_secret", "mcp_url"}
     assert (payload["name"], payload["webhook_secret"]) == ("runner", None)
+    assert payload["mcp_url"] == "http://127.0.0.1:8000/mcp?session={session}"
+
+
+def test_agent_create_mcp_url_follows_the_public_url(settings):
+    settings.ASKCARDS_PUBLIC_URL = "https://askcards.example.com"
+    assert run_json("askcards_agent", "create", "runner", "--json")["mcp_url"] == "https://askcards.example.com/mcp?session={session}"
 
 
 def test_agent_create_key_authenticates_against_the_api():

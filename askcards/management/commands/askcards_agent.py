@@ -1,5 +1,6 @@
 import json
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from askcards import services
@@ -74,14 +75,19 @@ class Command(BaseCommand):
         return agent
 
     def _print_key(self, agent: Agent, key: str, as_json: bool) -> None:
+        mcp_url = mcp_url_template()
         if as_json:
-            payload = {"name": agent.name, "key": key, "webhook_secret": agent.webhook_secret or None}
+            payload = {"name": agent.name, "key": key, "webhook_secret": agent.webhook_secret or None, "mcp_url": mcp_url}
             self.stdout.write(json.dumps(payload))
             return
         self.stdout.write(f"Agent {agent.name!r}. Its key (shown once, keep it safe):\n{key}")
         if agent.webhook_secret:
             self.stdout.write(f"Webhook signing secret:\n{agent.webhook_secret}")
         self.stdout.write(f"Web users it may ask: {', '.join(self._web_users(agent)) or '-'}")
+        self.stdout.write(
+            f"MCP URL ({{session}}: the session's key, URL-encoded):\n{mcp_url}\n"
+            f"e.g. claude mcp add --transport http askcards '{mcp_url}' --header 'Authorization: Bearer <key>'"
+        )
 
     def _web_users(self, agent: Agent) -> list[str]:
         return sorted(user.get_username() for user in agent.web_users.all())
@@ -91,3 +97,10 @@ class Command(BaseCommand):
             state = "active" if agent.is_active else "inactive"
             granted = ",".join(self._web_users(agent)) or "-"
             self.stdout.write(f"{agent.name}\t{agent.key_hint}…\t{state}\t{agent.webhook_url or '-'}\t{granted}")
+
+
+def mcp_url_template() -> str:
+    """Where an MCP client connects: ``ASKCARDS_PUBLIC_URL`` (else the local default) + ``/mcp``;
+    ``{session}`` stands for the session's key (more session fields may follow as parameters)."""
+    base = settings.ASKCARDS_PUBLIC_URL or "http://127.0.0.1:8000"
+    return f"{base}/mcp?session={{session}}"
