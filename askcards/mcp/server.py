@@ -186,24 +186,29 @@ def _call_result(status: str, text: str | None, ask: Ask | None) -> types.CallTo
 
 async def call_tool(ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> types.CallToolResult:
     caller = _caller.get()
-    outcome = await _run(ctx, caller, params.name, params.arguments)
-    if outcome.ask is None:
-        return _call_result(outcome.status, outcome.tool_result, None)
-    ask = outcome.ask
-    if ask.is_open and ask.blocking:
-        ask = await _park(ctx, caller, ask.id, cancellable=True)
-    else:
-        ask = await in_pool(_read, caller.agent, ask.id)
-        if ask.is_open:
-            text = (
-                f"the ask {ask.id} is still open past its deadline (is the askcards worker running?); "
-                "read it later with tasks/get or GET /api/v1/asks/{id}"
-            )
-            return _call_result(Ask.Status.FAILED, text, ask)
+    tool = tools.get(params.name)
+    async with Subscription() as subscription:
+        if tool is not None and tool.blocking and ctx.request_id is not None:
+            # Before the ask exists: a cancel that arrives while it is being made waits in the queue.
+            await subscription.add(cancel_group(caller, ctx.request_id))
+        outcome = await _run(ctx, caller, params.name, params.arguments)
+        if outcome.ask is None:
+            return _call_result(outcome.status, outcome.tool_result, None)
+        if outcome.ask.is_open and outcome.ask.blocking:
+            ask = await _park(ctx, caller, outcome.ask.id, subscription)
+            if ask.is_open:
+                text = (
+                    f"the ask {ask.id} is still open past its deadline (is the askcards worker running?); "
+                    "read it later with tasks/get or GET /api/v1/asks/{id}"
+                )
+                return _call_result(Ask.Status.FAILED, text, ask)
+        else:
+            ask = await in_pool(_read, caller.agent, outcome.ask.id)
     if not ask.is_open:
         await in_pool(services.ask_result_returned, ask=ask)
-    text = (ask.result or {}).get("tool_result") if ask.blocking else outcome.tool_result
-    return _call_result(ask.status if ask.blocking else outcome.status, text, ask)
+    if not ask.blocking:  # the DingTalk tool answers at once; its later outcome is its task's
+        return _call_result(outcome.status, outcome.tool_result, ask)
+    return _call_result(ask.status, (ask.result or {}).get("tool_result"), ask)
 
 
 async def call_as_task(ctx: ServerRequestContext[Any, Any], caller: Caller, raw: dict[str, Any]) -> dict[str, Any]:
@@ -243,53 +248,69 @@ def cancel_group(caller: Caller, request_id: Any) -> str:
     return f"askcards.mcp.{caller.agent.pk}.{digest}"
 
 
-async def _park(ctx: ServerRequestContext[Any, Any], caller: Caller, ask_id: str, *, cancellable: bool) -> Ask:
+class Subscription:
+    """One channel on the channel layer, in some groups, for one parked request: messages that
+    arrive before the request starts waiting are queued, not lost."""
+
+    def __init__(self):
+        self.layer = get_channel_layer()
+        self.channel = ""
+        self.groups: list[str] = []
+        self._next: asyncio.Future | None = None
+
+    async def __aenter__(self) -> "Subscription":
+        self.channel = await self.layer.new_channel()
+        return self
+
+    async def add(self, group: str) -> None:
+        await self.layer.group_add(group, self.channel)
+        self.groups.append(group)
+
+    async def receive(self, timeout: float) -> dict | None:
+        """The next message, or None after ``timeout`` seconds (the pending receive is kept)."""
+        if self._next is None:
+            self._next = asyncio.ensure_future(self.layer.receive(self.channel))
+        done, _ = await asyncio.wait({self._next}, timeout=max(0.0, timeout))
+        if not done:
+            return None
+        message, self._next = self._next.result(), None
+        return message
+
+    async def __aexit__(self, *exc_info) -> None:
+        if self._next is not None:
+            self._next.cancel()
+        with anyio.CancelScope(shield=True):
+            for group in self.groups:
+                await self.layer.group_discard(group, self.channel)
+
+
+async def _park(ctx: ServerRequestContext[Any, Any], caller: Caller, ask_id: str, subscription: Subscription) -> Ask:
     """Wait until the ask ends or its deadline (plus grace) passes; returns it as it is then.
 
-    Parked on the channel layer (the ask's group, and the request's cancel group): woken by its
-    changes, it re-reads the ask in the pool. A cancelled handler (the client went away) leaves the
-    ask as it is."""
-    ask = await in_pool(_read, caller.agent, ask_id)
-    if not ask.is_open:
-        return ask
-    layer = get_channel_layer()
-    channel = await layer.new_channel()
-    groups = [events.ask_group(ask_id)]
-    if cancellable and ctx.request_id is not None:
-        groups.append(cancel_group(caller, ctx.request_id))
-    for group in groups:
-        await layer.group_add(group, channel)
+    Parked on the channel layer (the ask's group, and the cancel group the caller may have added):
+    woken by the ask's changes, it re-reads the ask in the pool; sends progress meanwhile. A
+    cancelled handler (the client went away) leaves the ask as it is."""
+    await subscription.add(events.ask_group(ask_id))
+    ask = await in_pool(_read, caller.agent, ask_id)  # after subscribing: no change can slip by
     loop = asyncio.get_running_loop()
     give_up = loop.time() + max(0.0, (ask.deadline - timezone.now()).total_seconds()) + DEADLINE_GRACE_SECONDS
     total = max(1.0, (ask.deadline - ask.created_at).total_seconds())
-    wake: asyncio.Future | None = None
-    try:
-        ask = await in_pool(_read, caller.agent, ask_id)  # it may have ended before the subscription
-        next_progress = loop.time()
-        while ask.is_open:
-            now = loop.time()
-            if now >= next_progress:
-                elapsed = (timezone.now() - ask.created_at).total_seconds()
-                await ctx.session.report_progress(min(elapsed, total), total, results.waiting_message(ask))
-                next_progress = now + PROGRESS_SECONDS
-            if now >= give_up:
-                break
-            if wake is None:
-                wake = asyncio.ensure_future(layer.receive(channel))
-            done, _ = await asyncio.wait({wake}, timeout=min(next_progress, give_up) - now)
-            if not done:
-                continue
-            message, wake = wake.result(), None
-            if message.get("type") == CANCEL:
-                await in_pool(services.ask_cancel, ask=ask, reason=Ask.Reason.BY_AGENT, actor=f"agent:{caller.agent.name}")
-            ask = await in_pool(_read, caller.agent, ask_id)
-        return ask
-    finally:
-        if wake is not None:
-            wake.cancel()
-        with anyio.CancelScope(shield=True):
-            for group in groups:
-                await layer.group_discard(group, channel)
+    next_progress = loop.time()
+    while ask.is_open:
+        now = loop.time()
+        if now >= next_progress:
+            elapsed = (timezone.now() - ask.created_at).total_seconds()
+            await ctx.session.report_progress(min(elapsed, total), total, results.waiting_message(ask))
+            next_progress = now + PROGRESS_SECONDS
+        if now >= give_up:
+            break
+        message = await subscription.receive(min(next_progress, give_up) - now)
+        if message is None:
+            continue
+        if message.get("type") == CANCEL:
+            await in_pool(services.ask_cancel, ask=ask, reason=Ask.Reason.BY_AGENT, actor=f"agent:{caller.agent.name}")
+        ask = await in_pool(_read, caller.agent, ask_id)
+    return ask
 
 
 async def cancelled(ctx: ServerRequestContext[Any, Any], params: types.CancelledNotificationParams) -> None:
@@ -321,7 +342,8 @@ async def tasks_result(ctx: ServerRequestContext[Any, Any], params: types.GetTas
     notification goes out on this stream when it ends."""
     ask = await _task_ask(params.task_id)
     if ask.is_open:
-        ask = await _park(ctx, _caller.get(), ask.id, cancellable=False)
+        async with Subscription() as subscription:
+            ask = await _park(ctx, _caller.get(), ask.id, subscription)
         if ask.is_open:
             raise MCPError(code=INTERNAL_ERROR, message=f"task {ask.id} is still working past its deadline; poll tasks/get")
         status = types.TaskStatusNotification(params=types.TaskStatusNotificationParams.model_validate(results.task(ask), by_name=False))
