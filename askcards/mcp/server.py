@@ -194,12 +194,12 @@ async def call_tool(ctx: ServerRequestContext[Any, Any], params: types.CallToolR
         ask = await _park(ctx, caller, ask.id, cancellable=True)
     else:
         ask = await in_pool(_read, caller.agent, ask.id)
-        if ask.is_open:
-            text = (
-                f"the ask {ask.id} is still open past its deadline (is the askcards worker running?); "
-                "read it later with tasks/get or GET /api/v1/asks/{id}"
-            )
-            return _call_result(Ask.Status.FAILED, text, ask)
+    if ask.is_open and ask.blocking:  # parked past its deadline; a non-blocking ask is open by design
+        text = (
+            f"the ask {ask.id} is still open past its deadline (is the askcards worker running?); "
+            "read it later with tasks/get or GET /api/v1/asks/{id}"
+        )
+        return _call_result(Ask.Status.FAILED, text, ask)
     if not ask.is_open:
         await in_pool(services.ask_result_returned, ask=ask)
     text = (ask.result or {}).get("tool_result") if ask.blocking else outcome.tool_result
