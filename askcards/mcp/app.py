@@ -10,6 +10,8 @@ hold a thread). Before the SDK sees a request, the edge rules of every askcards 
   is read, then the agent key is checked, and only then is the body read (bounded) and parsed
   with askcards' JSON limits (size, nesting depth, no NaN) before the SDK parses it again.
 - ``Authorization: Bearer <agent key>``; otherwise 401 with ``WWW-Authenticate: Bearer``.
+- ``GET`` is 405 (no standalone SSE stream without sessions); a body that is JSON but not one
+  object is a JSON-RPC Invalid Request (-32600).
 
 The SDK runs stateless (a fresh transport per request, no ``Mcp-Session-Id``), so no request
 depends on what another request left in this process's memory.
@@ -37,6 +39,8 @@ from .server import build_server
 logger = logging.getLogger(__name__)
 
 PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+JSON_KINDS = {list: "array", str: "string", int: "number", float: "number", bool: "boolean", type(None): "null"}
 
 
 def transport_security() -> TransportSecuritySettings:
@@ -66,9 +70,19 @@ def _unauthorized(message: str) -> HttpResponse:
     return response
 
 
-def _parse_error(message: str) -> HttpResponse:
-    body = {"jsonrpc": "2.0", "id": None, "error": {"code": PARSE_ERROR, "message": message}}
-    return HttpResponse(json.dumps(body), status=400, content_type="application/json")
+def _jsonrpc_error(status: int, code: int, message: str) -> HttpResponse:
+    body = {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}
+    return HttpResponse(json.dumps(body), status=status, content_type="application/json")
+
+
+def _no_stream() -> HttpResponse:
+    """GET: the stateless transport has nothing to send on a standalone SSE stream (no session
+    outlives a POST), so the spec's 405 says so at once; the SDK would hold an idle stream open
+    (its headers only with the first keep-alive, 15 s later) for as long as the client waits."""
+    message = "Method Not Allowed: this server is stateless and offers no SSE stream; POST JSON-RPC messages"
+    response = _jsonrpc_error(405, INVALID_REQUEST, message)
+    response["Allow"] = "POST"
+    return response
 
 
 class McpApp:
@@ -97,6 +111,9 @@ class McpApp:
                 logger.warning("refused %s %s: 401 %s", scope["method"], scope["path"], exc)
                 await edge.send_response(send, _unauthorized(str(exc)), request)
                 return
+            if scope["method"] == "GET":
+                await edge.send_response(send, _no_stream(), request)
+                return
             body = await edge.read_body(scope, receive, limit)
         except edge.Refused as refused:
             await edge.refuse(scope, send, refused)
@@ -105,9 +122,16 @@ class McpApp:
             return
         if body:
             try:
-                jsonlimits.load(body, what="MCP message", max_bytes=limit)
+                message = jsonlimits.load(body, what="MCP message", max_bytes=limit)
             except jsonlimits.JSONRefused as exc:
-                await edge.send_response(send, _parse_error(str(exc)), request)
+                await edge.send_response(send, _jsonrpc_error(400, PARSE_ERROR, str(exc)), request)
+                return
+            if not isinstance(message, dict):
+                # The SDK answers a JSON array or scalar with -32602 and a pydantic dump of four
+                # validation errors; JSON-RPC calls it an Invalid Request (and MCP has no batches).
+                kind = JSON_KINDS.get(type(message), "value")
+                text = f"Invalid Request: the body must be one JSON-RPC message object, not a JSON {kind}"
+                await edge.send_response(send, _jsonrpc_error(400, INVALID_REQUEST, text), request)
                 return
         manager = await self._manager(limit)
         await manager.handle_request({**scope, "askcards.agent": agent}, _replay(body, receive), _secured(send, request))
