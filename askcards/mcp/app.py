@@ -45,16 +45,18 @@ JSON_KINDS = {list: "array", str: "string", int: "number", float: "number", bool
 
 def transport_security() -> TransportSecuritySettings:
     """The SDK's Host/Origin check from ``ALLOWED_HOSTS``, ``ASKCARDS_PUBLIC_URL`` and
-    ``CSRF_TRUSTED_ORIGINS``. Django's patterns it cannot express (``*``, ``.example.com``) turn
-    it off; Django's own check, which runs first on every request, still applies them."""
+    ``CSRF_TRUSTED_ORIGINS``. Django's patterns it cannot express (``*``, ``.example.com``, a
+    trusted origin's ``https://*.example.com``) turn it off; Django's Host check and askcards'
+    Origin check, which run first on every request, still apply them."""
     hosts = list(settings.ALLOWED_HOSTS)
-    if any(host == "*" or host.startswith(".") for host in hosts):
+    trusted = [getattr(settings, "ASKCARDS_PUBLIC_URL", ""), *getattr(settings, "CSRF_TRUSTED_ORIGINS", [])]
+    if any(host == "*" or host.startswith(".") for host in hosts) or any("*" in url for url in trusted):
         return TransportSecuritySettings(enable_dns_rebinding_protection=False)
     allowed_hosts = [pattern for host in hosts for pattern in (host, f"{host}:*")]
     origins = [f"{scheme}://{pattern}" for scheme in ("http", "https") for pattern in allowed_hosts]
-    for url in [getattr(settings, "ASKCARDS_PUBLIC_URL", ""), *getattr(settings, "CSRF_TRUSTED_ORIGINS", [])]:
+    for url in trusted:
         parts = urlsplit(url)
-        if parts.scheme and parts.netloc and "*" not in parts.netloc:
+        if parts.scheme and parts.netloc:
             origins.append(f"{parts.scheme}://{parts.netloc}")
     return TransportSecuritySettings(allowed_hosts=allowed_hosts, allowed_origins=origins)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import parse_qsl
 
-from askcards import services
+from askcards import jsonlimits, services
 from askcards.api.auth import authenticate_key
 from askcards.api.serializers import SessionUpsertInput
 from askcards.errors import InvalidInput
@@ -77,6 +77,10 @@ def caller_for(agent: Agent, query_string: bytes) -> Caller:
     sender_id = fields.pop("sender_id", "")
     if len(sender_id) > SENDER_MAX_LENGTH:
         raise InvalidInput(f"sender_id is longer than {SENDER_MAX_LENGTH} characters")
+    try:  # %00 in the URL: stored on the ask, where PostgreSQL refuses it (REST's sender_id refuses it too)
+        jsonlimits.check_text(sender_id, "sender_id")
+    except jsonlimits.JSONRefused as exc:
+        raise InvalidInput(str(exc)) from None
     if not fields.get("session"):
         raise InvalidInput(f"this MCP URL names no session; {HOW_TO_NAME}")
     data = {"key" if name == "session" else name: value for name, value in fields.items()}
