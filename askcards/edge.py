@@ -106,7 +106,10 @@ async def read_body(scope, receive, limit: int | None) -> bytes | None:
 def request_for(scope) -> ASGIRequest:
     """A Django request for ``scope`` (no body) whose ``Host`` Django itself accepts; else
     ``Refused`` (400)."""
-    request = ASGIRequest(scope, BytesIO())
+    try:
+        request = ASGIRequest(scope, BytesIO())
+    except UnicodeDecodeError:  # a path or query that is not UTF-8 (daphne refuses those itself)
+        raise Refused(400, "bad_request", "The request's path and query must be UTF-8.") from None
     try:
         request.get_host()
     except DisallowedHost as exc:  # logged where Django logs it, without the traceback Django adds
@@ -145,7 +148,11 @@ async def refuse(scope, send, refused: Refused) -> None:
     logging.getLogger(refused.log_as).warning(
         "refused %s %s: %s %s", scope.get("method", "-"), scope.get("path", "-"), refused.status, refused.detail
     )
-    await send_response(send, refused.response(), ASGIRequest(scope, BytesIO()))
+    try:
+        request = ASGIRequest(scope, BytesIO())
+    except UnicodeDecodeError:  # refused for that very reason: the headers need only the rest
+        request = ASGIRequest({**scope, "path": "/", "raw_path": b"/", "query_string": b""}, BytesIO())
+    await send_response(send, refused.response(), request)
 
 
 class BoundedBody:

@@ -34,8 +34,9 @@ async def call(
     host: str | None = "testserver",
     scheme: str = "http",
     timeout: float = 15,
+    query_string: bytes | None = None,
 ) -> Exchange:
-    """One request. ``body`` is sent in one message; ``stream_bytes`` instead sends that many bytes
+    """One request (``query_string``: raw bytes instead of the path's ``?…``). ``body`` is sent in one message; ``stream_bytes`` instead sends that many bytes
     in CHUNK-sized messages (chunked: no Content-Length unless ``headers`` give one). After the
     body, receive() waits until the application is done, like a client waiting for its answer."""
     path, _, query = path.partition("?")
@@ -50,7 +51,7 @@ async def call(
         "path": path,
         "raw_path": path.encode(),
         "root_path": "",
-        "query_string": query.encode(),
+        "query_string": query.encode() if query_string is None else query_string,
         "headers": raw_headers,
         "client": ("127.0.0.1", 40000),
         "server": ("127.0.0.1", 8000),

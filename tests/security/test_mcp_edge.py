@@ -538,3 +538,29 @@ async def test_percent_escapes_that_are_not_utf8_become_replacement_characters(e
     answer = await wire.rpc(agent_and_key[1], "tools/list", query=f"session={escaped}&platform=web")
     assert answer.result["tools"]
     assert await database_sync_to_async(lambda: list(Session.objects.values_list("key", flat=True)))() == [stored]
+
+
+# ------------------------------------------------------------------------------- what never leaks
+
+
+async def test_a_query_that_is_not_utf8_is_400_not_a_500(agent_and_key, no_tracebacks):
+    """daphne refuses such request lines itself; any other ASGI server hands them on."""
+    exchange = await call("POST", "/mcp", headers=wire.headers(agent_and_key[1]), body=LIST_BYTES,
+                          query_string=b"session=\xff\xfe")
+    assert exchange.status == 400
+    assert json.loads(exchange.body)["error"]["message"] == "The request's path and query must be UTF-8."
+
+
+async def test_an_unexpected_failure_is_a_generic_error_without_its_text(agent_and_key, present_session, monkeypatch, caplog):
+    """A bug or an outage inside a handler: the client learns nothing of it but that it failed; the
+    log keeps the traceback (the SDK would otherwise send the exception's text verbatim)."""
+
+    def broken(**kwargs):
+        raise RuntimeError("connection to server at 10.0.0.7 failed: password authentication failed for askcards")
+
+    monkeypatch.setattr(services, "tool_call", broken)
+    caplog.set_level(logging.ERROR)
+    answer = await wire.rpc(agent_and_key[1], "tools/call", {"name": "ask_user_questions", "arguments": {"questions": QUESTIONS}})
+    assert answer.error == {"code": -32603, "message": "internal error; the server log has the details"}
+    assert "10.0.0.7" not in answer.exchange.body.decode()
+    assert any("10.0.0.7" in (r.exc_text or "") or r.exc_info for r in caplog.records if r.name == "askcards.mcp.server")
