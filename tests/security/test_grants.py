@@ -133,7 +133,7 @@ def test_revoke_command_of_no_grant_says_nothing_changed(newcomer):
 
 def test_create_with_grant_prints_a_key_that_may_ask_the_user(alice):
     payload = json.loads(run("askcards_agent", "create", "my-agent", "--grant", "alice", "--json"))
-    assert set(payload) == {"name", "key", "webhook_secret"}
+    assert set(payload) == {"name", "key", "webhook_secret", "mcp_url"}
     assert open_session(client_for(payload["key"])).status_code == 201
 
 
