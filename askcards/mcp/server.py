@@ -116,6 +116,18 @@ async def with_caller(ctx: ServerRequestContext[Any, Any], call_next: CallNext) 
 
 
 async def _with_caller(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> Any:
+    try:
+        return await _serve_caller(ctx, call_next)
+    except (MCPError, ValidationError):
+        raise  # the protocol's own errors, already worded for the client
+    except Exception:
+        # A bug or an outage (the database gone): the traceback goes to the log, and the client
+        # gets a generic error, not the exception's text (the SDK would send it verbatim).
+        logger.exception("MCP %s failed", ctx.method)
+        raise MCPError(code=INTERNAL_ERROR, message="internal error; the server log has the details") from None
+
+
+async def _serve_caller(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> Any:
     scope = ctx.request.scope if ctx.request is not None else {}
     agent = scope.get("askcards.agent")
     if agent is None:  # not through askcards.mcp.app (which authenticates every request)
@@ -132,13 +144,6 @@ async def _with_caller(ctx: ServerRequestContext[Any, Any], call_next: CallNext)
         if ctx.method == "tools/call" and isinstance(params.get("task"), dict) and ctx.protocol_version == TASKS_VERSION:
             return await call_as_task(ctx, caller, params)
         return await call_next(ctx)
-    except (MCPError, ValidationError):
-        raise  # the protocol's own errors, already worded for the client
-    except Exception:
-        # A bug or an outage (the database gone): the traceback goes to the log, and the client
-        # gets a generic error, not the exception's text (the SDK would send it verbatim).
-        logger.exception("MCP %s failed", ctx.method)
-        raise MCPError(code=INTERNAL_ERROR, message="internal error; the server log has the details") from None
     finally:
         _caller.reset(token)
 
