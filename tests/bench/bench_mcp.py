@@ -486,7 +486,8 @@ async def run_variant(variant: str, args: argparse.Namespace, base: str, port: i
                     if resp.status not in (200, 201):
                         raise RuntimeError(f"session upsert failed: HTTP {resp.status} {body[:300]}")
                 if args.warmup:
-                    warm = await park_and_answer(variant, args, base, key, pid, panel, "warm-up", args.warmup, None, None)
+                    warm = await park_and_answer(variant, args, base, key, pid, panel, "warm-up", args.warmup,
+                                                 None, None)
                     if len(warm["latencies_ms"]) != args.warmup:
                         raise RuntimeError(f"{variant} warm-up: {warm['lost']} {warm['lost_examples']}")
                 report["quiet_before"] = await wait_quiet(pid, 30)
@@ -661,8 +662,8 @@ def print_report(args: argparse.Namespace, reports: dict[str, dict[str, Any]], n
             ("wake p99 ms", percentile(mcp["latencies_ms"], 99), percentile(rest["latencies_ms"], 99), True),
             ("kB per parked call", per_call_kb(mcp), per_call_kb(rest), True),
             ("server CPU ms per call, parking", cpu_ms(mcp, "cpu_park_phase"), cpu_ms(rest, "cpu_park_phase"), False),
-            ("server CPU ms per call, answers + wakes", cpu_ms(mcp, "cpu_answer_phase"), cpu_ms(rest, "cpu_answer_phase"),
-             False),
+            ("server CPU ms per call, answers + wakes", cpu_ms(mcp, "cpu_answer_phase"),
+             cpu_ms(rest, "cpu_answer_phase"), False),
         ]
         verdicts = []
         for name, m, r, target in rows:
@@ -682,7 +683,8 @@ def cpu_ms(report: dict[str, Any], key: str) -> float:
 # ------------------------------------------------------------------------------------------ main
 
 
-def start_server(env: dict[str, str], port: int, log_path: Path, args: argparse.Namespace) -> tuple[subprocess.Popen, Any]:
+def start_server(env: dict[str, str], port: int, log_path: Path,
+                 args: argparse.Namespace) -> tuple[subprocess.Popen, Any]:
     log = open(log_path, "ab")
     command = [PYTHON, "manage.py", "serve", f"{HOST}:{port}"]
     if args.tracemalloc:
@@ -706,7 +708,8 @@ def stop_server(server: subprocess.Popen) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--calls", type=int, default=None, help="parked calls per variant, default 1000 (100 with --quick)")
+    parser.add_argument("--calls", type=int, default=None,
+                        help="parked calls per variant, default 1000 (100 with --quick)")
     parser.add_argument("--rate", type=float, default=50.0,
                         help="answers per second, default 50 (what this 2-core machine wakes without queueing)")
     parser.add_argument("--quick", action="store_true",
@@ -714,7 +717,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variants", default="rest,mcp,mcp2026",
                         help="which to run, in this order (default rest,mcp,mcp2026; mcp = the 2025-11-25 wire, "
                              "mcp2026 = the 2026-07-28 one)")
-    parser.add_argument("--warmup", type=int, default=None, help="warm-up calls per variant, default 20 (5 with --quick)")
+    parser.add_argument("--warmup", type=int, default=None,
+                        help="warm-up calls per variant, default 20 (5 with --quick)")
     parser.add_argument("--ask-timeout", type=int, default=600, help="the asks' timeout_seconds, default 600")
     parser.add_argument("--create-concurrency", type=int, default=20,
                         help="calls in flight whose ask is not shown yet, default 20")
