@@ -34,6 +34,7 @@ from askcards import edge, jsonlimits
 from askcards.db import in_pool
 
 from .caller import Unauthorized, agent_for
+from .exchange import parked_request, serve_parked
 from .server import build_server
 
 logger = logging.getLogger(__name__)
@@ -136,7 +137,13 @@ class McpApp:
                 await edge.send_response(send, _jsonrpc_error(400, INVALID_REQUEST, text), request)
                 return
         manager = await self._manager(limit)
-        await manager.handle_request({**scope, "askcards.agent": agent}, _replay(body, receive), _secured(send, request))
+        scope = {**scope, "askcards.agent": agent}
+        parked = parked_request(message, scope) if body else None
+        if parked is not None and await serve_parked(
+            self.server, manager.security_settings, {}, scope, receive, _secured(send, request), *parked
+        ):
+            return
+        await manager.handle_request(scope, _replay(body, receive), _secured(send, request))
 
     async def _manager(self, limit: int | None) -> StreamableHTTPSessionManager:
         loop = asyncio.get_running_loop()

@@ -1,0 +1,147 @@
+"""A parked request as one exchange: the calls that wait (``tools/call``, ``tasks/result``) on
+the handshake-era wire, served without the SDK's per-request session machinery.
+
+The SDK's stateless Streamable HTTP path builds a whole server connection for every POST (its
+router, a dispatcher loop, four memory-stream pairs and an ``EventSourceResponse`` with five tasks
+of its own: eleven tasks per parked call, three times a REST long-poll's memory; see
+``tests/bench/README.md``). A parked call needs one task: this module runs the request through the
+SDK's own kernel (``serve_one``: its validation, middleware, handlers and result serialization,
+the same as on its transport) and frames the answer itself the way the SDK frames a 2026-07-28
+exchange: JSON when the handler answers before anything else was sent, else an SSE stream of its
+notifications and the response, with a keep-alive comment every ``PING_SECONDS``. A dropped
+connection cancels the handler (which leaves the ask as it is). Everything else (``initialize``,
+notifications, the other methods, the 2026-07-28 wire) stays on the SDK's transport.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+from contextlib import suppress
+from typing import Any, Mapping
+
+import anyio
+from mcp.server.connection import Connection
+from mcp.server.runner import modern_error_data, serve_one
+from mcp.server.streamable_http import check_accept_headers
+from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
+from mcp.shared.exceptions import NoBackChannelError
+from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
+from mcp.shared.message import ServerMessageMetadata
+from mcp.shared.transport_context import TransportContext
+from mcp_types import JSONRPCError, JSONRPCNotification, JSONRPCRequest, JSONRPCResponse
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+from pydantic import ValidationError
+from starlette.requests import Request
+
+PARKED_METHODS = frozenset({"tools/call", "tasks/result"})
+PING_SECONDS = 15.0
+SSE_HEADERS = [
+    (b"content-type", b"text/event-stream"),
+    (b"cache-control", b"no-cache, no-transform"),
+    (b"x-accel-buffering", b"no"),
+]
+
+
+def parked_request(message: Any, scope) -> tuple[JSONRPCRequest, str] | None:
+    """The request and its protocol version when this POST is one this module serves."""
+    if not isinstance(message, dict) or message.get("method") not in PARKED_METHODS or message.get("id") is None:
+        return None
+    version = next((v.decode("latin-1") for k, v in scope.get("headers", ()) if k.lower() == b"mcp-protocol-version"), None)
+    if version not in HANDSHAKE_PROTOCOL_VERSIONS:
+        return None
+    try:
+        return JSONRPCRequest.model_validate(message), version
+    except ValidationError:
+        return None  # the SDK's transport words the refusal
+
+
+class _Exchange:
+    """The SDK's ``DispatchContext`` for one POST: notifications go onto this response; no
+    server-to-client requests (stateless HTTP has nowhere for their answers to land)."""
+
+    can_send_request = False
+
+    def __init__(self, request: Request, request_id, progress_token, emit):
+        self.transport = TransportContext(kind="streamable-http", can_send_request=False, headers=request.headers)
+        self.request_id = request_id
+        self.message_metadata = ServerMessageMetadata(request_context=request)
+        self.progress_token = progress_token
+        self.cancel_requested = anyio.Event()
+        self._emit = emit
+
+    async def send_raw_request(self, method: str, params: Mapping[str, Any] | None, opts=None) -> dict[str, Any]:
+        raise NoBackChannelError(method)
+
+    async def notify(self, method: str, params: Mapping[str, Any] | None, opts=None) -> None:
+        await self._emit(JSONRPCNotification(jsonrpc="2.0", method=method, params=dict(params) if params else None))
+
+    async def progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
+        if self.progress_token is None:
+            return
+        params: dict[str, Any] = {"progressToken": self.progress_token, "progress": progress}
+        if total is not None:
+            params["total"] = total
+        if message is not None:
+            params["message"] = message
+        await self.notify("notifications/progress", params)
+
+
+def _frame(message) -> bytes:
+    data = json.dumps(message.model_dump(mode="json", by_alias=True, exclude_none=True), separators=(",", ":"))
+    return f"event: message\r\ndata: {data}\r\n\r\n".encode()
+
+
+async def serve_parked(
+    server, security: TransportSecuritySettings, lifespan_state, scope, receive, send, request: JSONRPCRequest, version: str
+) -> bool:
+    """Answer one parked request (see the module's docstring); ``receive`` is past the body.
+    False (nothing sent) when the request breaks a transport rule: the SDK's transport refuses it."""
+    http = Request(scope, receive)
+    refusal = await TransportSecurityMiddleware(security).validate_request(http, is_post=True)
+    has_json, has_sse = check_accept_headers(http)
+    if refusal is not None or not (has_json and has_sse):
+        return False
+    streaming = False
+
+    async def start_stream() -> None:
+        nonlocal streaming
+        if not streaming:
+            streaming = True
+            await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+
+    async def emit(message) -> None:
+        await start_stream()
+        await send({"type": "http.response.body", "body": _frame(message), "more_body": True})
+
+    exchange = _Exchange(http, request.id, progress_token_from_params(request.params), emit)
+    connection = Connection.from_envelope(version, None, None)
+    handler = asyncio.ensure_future(
+        serve_one(server, exchange, request.method, request.params, connection=connection, lifespan_state=lifespan_state)
+    )
+    gone = asyncio.ensure_future(receive())  # the client's next message can only be its disconnect
+    try:
+        while not handler.done():
+            done, _ = await asyncio.wait({handler, gone}, timeout=PING_SECONDS, return_when=asyncio.FIRST_COMPLETED)
+            if handler in done:
+                break
+            if gone in done:  # a dropped connection: the handler stops, the ask stays as it is
+                handler.cancel()
+                with suppress(asyncio.CancelledError, Exception):
+                    await handler
+                return True
+            await start_stream()
+            await send({"type": "http.response.body", "body": b": ping\r\n\r\n", "more_body": True})
+    finally:
+        gone.cancel()
+    try:
+        reply: JSONRPCResponse | JSONRPCError = JSONRPCResponse(jsonrpc="2.0", id=request.id, result=handler.result())
+    except Exception as exc:
+        reply = JSONRPCError(jsonrpc="2.0", id=request.id, error=modern_error_data(exc))
+    if streaming:
+        await send({"type": "http.response.body", "body": _frame(reply), "more_body": False})
+    else:
+        body = json.dumps(reply.model_dump(mode="json", by_alias=True, exclude_none=True), separators=(",", ":")).encode()
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+    return True
