@@ -139,10 +139,10 @@ class McpApp:
         manager = await self._manager(limit)
         scope = {**scope, "askcards.agent": agent}
         parked = parked_request(message, scope) if body else None
-        if parked is not None and await serve_parked(
-            self.server, manager.security_settings, {}, scope, receive, _secured(send, request), *parked
-        ):
-            return
+        if parked is not None:
+            message = None  # a parked call holds only what it needs while it waits
+            if await serve_parked(self.server, manager.security_settings, {}, scope, receive, _secured(send, request), parked):
+                return
         await manager.handle_request(scope, _replay(body, receive), _secured(send, request))
 
     async def _manager(self, limit: int | None) -> StreamableHTTPSessionManager:

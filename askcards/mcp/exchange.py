@@ -1,5 +1,5 @@
-"""A parked request as one exchange: the calls that wait (``tools/call``, ``tasks/result``) on
-the handshake-era wire, served without the SDK's per-request session machinery.
+"""A parked request as one exchange: the calls that wait (``tools/call``, ``tasks/result``),
+served without the SDK's per-request machinery, on both protocol eras.
 
 The SDK's stateless Streamable HTTP path builds a whole server connection for every POST (its
 router, a dispatcher loop, four memory-stream pairs and an ``EventSourceResponse`` with five tasks
@@ -9,14 +9,17 @@ SDK's own kernel (``serve_one``: its validation, middleware, handlers and result
 the same as on its transport) and frames the answer itself the way the SDK frames a 2026-07-28
 exchange: JSON when the handler answers before anything else was sent, else an SSE stream of its
 notifications and the response, with a keep-alive comment every ``PING_SECONDS``. A dropped
-connection cancels the handler (which leaves the ask as it is). Everything else (``initialize``,
-notifications, the other methods, the 2026-07-28 wire) stays on the SDK's transport.
+connection cancels the handler (which leaves the ask as it is). A 2026-07-28 request passes the
+SDK's own envelope checks first (``classify_inbound_request``); one they refuse, or one carrying
+``Mcp-Param-*`` headers to validate, is left to the SDK's transport, like everything else
+(``initialize``, notifications, the other methods).
 """
 from __future__ import annotations
 
 import asyncio
 import json
 from contextlib import suppress
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 import anyio
@@ -25,11 +28,18 @@ from mcp.server.runner import modern_error_data, serve_one
 from mcp.server.streamable_http import check_accept_headers
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 from mcp.shared.exceptions import NoBackChannelError
+from mcp.shared.inbound import (
+    ERROR_CODE_HTTP_STATUS,
+    MCP_PARAM_HEADER_PREFIX,
+    InboundModernRoute,
+    classify_inbound_request,
+    find_duplicated_routing_header,
+)
 from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
 from mcp.shared.message import ServerMessageMetadata
 from mcp.shared.transport_context import TransportContext
 from mcp_types import JSONRPCError, JSONRPCNotification, JSONRPCRequest, JSONRPCResponse
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 from starlette.requests import Request
 
@@ -42,17 +52,34 @@ SSE_HEADERS = [
 ]
 
 
-def parked_request(message: Any, scope) -> tuple[JSONRPCRequest, str] | None:
-    """The request and its protocol version when this POST is one this module serves."""
+@dataclass(frozen=True)
+class Parked:
+    request: JSONRPCRequest
+    version: str
+
+
+def parked_request(message: Any, scope) -> Parked | None:
+    """The request and its envelope when this POST is one this module serves. Anything the SDK's
+    transport would refuse (a malformed message or envelope, a duplicated routing header,
+    ``Mcp-Param-*`` headers to check) is left to it, which words the refusal."""
     if not isinstance(message, dict) or message.get("method") not in PARKED_METHODS or message.get("id") is None:
         return None
-    version = next((v.decode("latin-1") for k, v in scope.get("headers", ()) if k.lower() == b"mcp-protocol-version"), None)
-    if version not in HANDSHAKE_PROTOCOL_VERSIONS:
-        return None
+    raw_headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope.get("headers", ())]
+    version = next((v for k, v in raw_headers if k.lower() == "mcp-protocol-version"), None)
     try:
-        return JSONRPCRequest.model_validate(message), version
+        request = JSONRPCRequest.model_validate(message)
     except ValidationError:
-        return None  # the SDK's transport words the refusal
+        return None
+    if version in HANDSHAKE_PROTOCOL_VERSIONS:
+        return Parked(request, version)
+    if version not in MODERN_PROTOCOL_VERSIONS or find_duplicated_routing_header(raw_headers) is not None:
+        return None
+    if any(k.lower().startswith(MCP_PARAM_HEADER_PREFIX.lower()) for k, _ in raw_headers):
+        return None
+    route = classify_inbound_request(message, headers={k.lower(): v for k, v in raw_headers})
+    if not isinstance(route, InboundModernRoute):
+        return None
+    return Parked(request, route.protocol_version)
 
 
 class _Exchange:
@@ -91,9 +118,7 @@ def _frame(message) -> bytes:
     return f"event: message\r\ndata: {data}\r\n\r\n".encode()
 
 
-async def serve_parked(
-    server, security: TransportSecuritySettings, lifespan_state, scope, receive, send, request: JSONRPCRequest, version: str
-) -> bool:
+async def serve_parked(server, security: TransportSecuritySettings, lifespan_state, scope, receive, send, parked: Parked) -> bool:
     """Answer one parked request (see the module's docstring); ``receive`` is past the body.
     False (nothing sent) when the request breaks a transport rule: the SDK's transport refuses it."""
     http = Request(scope, receive)
@@ -113,8 +138,11 @@ async def serve_parked(
         await start_stream()
         await send({"type": "http.response.body", "body": _frame(message), "more_body": True})
 
+    request = parked.request
     exchange = _Exchange(http, request.id, progress_token_from_params(request.params), emit)
-    connection = Connection.from_envelope(version, None, None)
+    # No client identity: askcards' handlers never read it, and each parked call would hold its
+    # models (the SDK's stateless legacy path builds its connections the same way).
+    connection = Connection.from_envelope(parked.version, None, None)
     handler = asyncio.ensure_future(
         serve_one(server, exchange, request.method, request.params, connection=connection, lifespan_state=lifespan_state)
     )
@@ -142,6 +170,9 @@ async def serve_parked(
     else:
         body = json.dumps(reply.model_dump(mode="json", by_alias=True, exclude_none=True), separators=(",", ":")).encode()
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        status = 200
+        if isinstance(reply, JSONRPCError) and parked.version in MODERN_PROTOCOL_VERSIONS:
+            status = ERROR_CODE_HTTP_STATUS.get(reply.error.code, 200)  # as the SDK's 2026 exchange answers
+        await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body, "more_body": False})
     return True
