@@ -23,6 +23,14 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def raw_connection(base: str) -> socket.socket:
+    """A plain TCP connection to a served ``base`` URL, for requests no HTTP client would send."""
+    host, port = base.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)), timeout=10)
+    sock.settimeout(10)
+    return sock
+
+
 def service_env(data_dir: Path) -> dict[str, str]:
     """The embedded default (SQLite in ``data_dir``, in-memory layer), whatever this shell has set."""
     env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}}

@@ -20,6 +20,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from tests import serving
+from tests.conftest import QUESTIONS  # noqa: F401  (re-exported: the questions every MCP test asks)
 
 SEED = """
 import json
@@ -32,17 +33,6 @@ print(json.dumps({"key": key, "other_key": other_key}))
 """
 
 WEB_SESSION = "session=mcp-web&platform=web&web_user=alice"
-QUESTIONS = [
-    {
-        "question": "Which database should we use?",
-        "header": "Database",
-        "options": [
-            {"label": "PostgreSQL", "description": "Relational"},
-            {"label": "SQLite", "description": "Embedded"},
-        ],
-        "multiSelect": False,
-    }
-]
 TIMEOUT = 30  # seconds: every wait in these tests is bounded
 
 

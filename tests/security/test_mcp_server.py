@@ -16,6 +16,7 @@ import pytest
 import requests
 from mcp.shared.exceptions import MCPError
 
+from tests import serving
 from tests.mcp import support
 
 HUGE = 150 * 1024 * 1024  # declared, never sent
@@ -32,13 +33,6 @@ def served(tmp_path_factory):
     data_dir = tmp_path_factory.mktemp("mcp-served")
     with support.seeded(data_dir) as (base, seed):
         yield base, seed, data_dir / "serve.log"
-
-
-def _connect(base: str) -> socket.socket:
-    host, port = base.removeprefix("http://").split(":")
-    sock = socket.create_connection((host, int(port)), timeout=10)
-    sock.settimeout(10)
-    return sock
 
 
 def _head(sock: socket.socket) -> bytes:
@@ -63,7 +57,7 @@ def test_a_declared_huge_body_is_refused_before_any_of_it_is_sent(served, auth):
     base, seed, _ = served
     if auth == "valid":
         auth = f"Authorization: Bearer {seed['key']}\r\n"
-    sock = _connect(base)
+    sock = serving.raw_connection(base)
     sock.sendall(f"POST /mcp?{support.WEB_SESSION} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                  f"Accept: application/json, text/event-stream\r\n{auth}Content-Length: {HUGE}\r\n\r\n".encode())
     head = _head(sock)
@@ -76,7 +70,7 @@ def test_a_declared_huge_body_is_refused_before_any_of_it_is_sent(served, auth):
 def test_a_streamed_body_is_cut_soon_after_the_limit(served, keyed):
     base, seed, _ = served
     auth = f"Authorization: Bearer {seed['key']}\r\n" if keyed else ""
-    sock = _connect(base)
+    sock = serving.raw_connection(base)
     sock.sendall(f"POST /mcp?{support.WEB_SESSION} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                  f"{auth}Transfer-Encoding: chunked\r\n\r\n".encode())
     sent, deadline = 0, time.monotonic() + 20
@@ -145,7 +139,7 @@ def test_a_request_line_that_is_not_ascii_is_refused_by_the_server(served, targe
     """daphne refuses it before the application (which would otherwise meet Django's
     UnicodeDecodeError on a non-UTF-8 query string)."""
     base, seed, log = served
-    sock = _connect(base)
+    sock = serving.raw_connection(base)
     sock.sendall(b"POST " + target + b" HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " + seed["key"].encode()
                  + b"\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(LIST), LIST))
     head = _head(sock)

@@ -24,13 +24,6 @@ def served(tmp_path_factory):
         yield base
 
 
-def _connect(base: str) -> socket.socket:
-    host, port = base.removeprefix("http://").split(":")
-    sock = socket.create_connection((host, int(port)), timeout=10)
-    sock.settimeout(10)
-    return sock
-
-
 def _status_line(sock: socket.socket) -> str:
     data = b""
     while b"\r\n" not in data:
@@ -43,7 +36,7 @@ def _status_line(sock: socket.socket) -> str:
 
 @pytest.mark.parametrize("path", ["/api/v1/tools/call", "/callbacks/feishu/cli_x/", "/api/v1/sessions", "/login/"])
 def test_a_declared_huge_body_is_refused_before_any_of_it_is_sent(served, path):
-    sock = _connect(served)
+    sock = serving.raw_connection(served)
     sock.sendall(
         f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
         f"Content-Length: {HUGE}\r\n\r\n".encode()
@@ -53,7 +46,7 @@ def test_a_declared_huge_body_is_refused_before_any_of_it_is_sent(served, path):
 
 
 def test_a_streamed_body_is_cut_soon_after_the_limit(served):
-    sock = _connect(served)
+    sock = serving.raw_connection(served)
     sock.sendall(b"POST /api/v1/tools/call HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                  b"Transfer-Encoding: chunked\r\n\r\n")
     sent, deadline = 0, time.monotonic() + 20
