@@ -113,6 +113,14 @@ def _strings(value: Any, what: str) -> Iterator[tuple[str, str]]:
             stack.extend((child, f"{where}[{index}]") for index, child in enumerate(item))
 
 
+_KINDS = {dict: "an object", list: "an array", str: "a string", int: "a number", float: "a number", bool: "a boolean"}
+
+
+def kind(value: Any) -> str:
+    """What a decoded JSON value is, for messages: "an array", "null", …"""
+    return "null" if value is None else _KINDS.get(type(value), type(value).__name__)
+
+
 def _depth(text: str) -> int:
     """The deepest bracket nesting outside strings: the recursion ``json.loads`` would need."""
     if text.count("[") + text.count("{") == 0:

@@ -8,7 +8,7 @@ from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from askcards import events, outbox, selectors, services, tools
+from askcards import events, jsonlimits, outbox, selectors, services, tools
 from askcards.errors import AskNotPending, InvalidInput
 from askcards.models import Ask, Session
 
@@ -46,7 +46,6 @@ def _validated(serializer_class, data) -> dict[str, Any]:
     return serializer.validated_data
 
 
-_JSON_TYPES = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "a boolean"}
 
 
 def _body(request) -> Any:
@@ -54,7 +53,7 @@ def _body(request) -> Any:
     checked by the parser (``askcards.api.parsers.BoundedJSONParser``)."""
     data = request.data
     if not isinstance(data, dict):
-        got = "null" if data is None else _JSON_TYPES.get(type(data), type(data).__name__)
+        got = jsonlimits.kind(data)
         raise InvalidInput(f"request body must be a JSON object ({{...}}), got {got}")
     return data
 

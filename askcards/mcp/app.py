@@ -41,7 +41,6 @@ logger = logging.getLogger(__name__)
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
-JSON_KINDS = {list: "array", str: "string", int: "number", float: "number", bool: "boolean", type(None): "null"}
 
 
 def transport_security() -> TransportSecuritySettings:
@@ -132,8 +131,7 @@ class McpApp:
             if not isinstance(message, dict):
                 # The SDK answers a JSON array or scalar with -32602 and a pydantic dump of four
                 # validation errors; JSON-RPC calls it an Invalid Request (and MCP has no batches).
-                kind = JSON_KINDS.get(type(message), "value")
-                text = f"Invalid Request: the body must be one JSON-RPC message object, not a JSON {kind}"
+                text = f"Invalid Request: the body must be one JSON-RPC message object, got {jsonlimits.kind(message)}"
                 await edge.send_response(send, _jsonrpc_error(400, INVALID_REQUEST, text), request)
                 return
         manager = await self._manager(limit)
