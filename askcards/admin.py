@@ -16,7 +16,7 @@ from django.db.models import Count, Q, QuerySet
 from django.http import HttpRequest
 from django.utils.translation import ngettext
 
-from . import crypto, outbox, services
+from . import crypto, services
 from .errors import InvalidInput, WebUserNotGranted
 from .models import Agent, Ask, AskEvent, Bot, CardMessage, OutboxEvent, ProgressCard, Respondent, Session
 
@@ -592,7 +592,7 @@ class OutboxEventAdmin(ReadOnlyAdmin):
     @admin.action(description="Retry delivery now", permissions=("retry",))
     def retry_delivery(self, request: HttpRequest, queryset: QuerySet[OutboxEvent]) -> None:
         ids = list(queryset.values_list("pk", flat=True))
-        due = outbox.retry_now(ids)
+        due = services.events_retry(event_ids=ids)
         text = ngettext(
             "%(k)d of %(n)d event is due for delivery now.", "%(k)d of %(n)d events are due for delivery now.", len(ids)
         ) % {"k": due, "n": len(ids)}

@@ -528,6 +528,17 @@ def ask_result_returned(*, ask: Ask) -> None:
         outbox.result_returned(ask.id, timezone.now())
 
 
+def events_acknowledge(*, agent: Agent, upto: int) -> int:
+    """The agent read its event feed up to ``upto``: those events are delivered (and the results
+    they carry start their retention clock)."""
+    return outbox.acknowledge(agent=agent, upto=upto)
+
+
+def events_retry(*, event_ids: list[int]) -> int:
+    """Operator action: make failed or waiting webhook deliveries due at once."""
+    return outbox.retry_now(event_ids)
+
+
 def ask_cancel(*, ask: Ask, reason: str = Ask.Reason.BY_AGENT, actor: str) -> bool:
     """Cancel an open ask (agent, operator, respondent, session cancel). False if it was not open."""
     if reason not in Ask.REASONS[Ask.Status.CANCELLED]:

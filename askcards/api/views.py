@@ -8,7 +8,7 @@ from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from askcards import events, jsonlimits, outbox, selectors, services, tools
+from askcards import events, jsonlimits, selectors, services, tools
 from askcards.errors import AskNotPending, InvalidInput
 from askcards.models import Ask, Session
 
@@ -238,7 +238,7 @@ class EventsApi(APIView):
         query = _validated(s.EventsQuery, request.query_params)
         agent, after, limit = request.user, query["after"], query["limit"]
         if after:
-            outbox.acknowledge(agent=agent, upto=after)
+            services.events_acknowledge(agent=agent, upto=after)
         response = Response(_events_body(agent, after, limit, final=True))
         if not response.data["events"] and query["wait"]:
             response.long_poll = LongPoll(
