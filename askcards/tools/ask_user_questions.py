@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .base import AskRequest, Tool, ToolInputError
+
 NAME = "ask_user_questions"
 # The longest "other" text a person may answer, on every surface: Feishu's input max_length
 # (1–1000, reference feishu §1.4), so an answer given on the panel still fits the card that shows
@@ -59,15 +61,14 @@ INPUT_SCHEMA: dict[str, Any] = {
 }
 
 
-class AskUserQuestions:
+class AskUserQuestions(Tool):
     name = NAME
     description = DESCRIPTION
     input_schema = INPUT_SCHEMA
     blocking = True
 
-    def normalise(self, arguments: dict[str, Any]):
-        from . import Normalised, ToolInputError
-
+    def parse(self, arguments: dict[str, Any]) -> AskRequest:
+        """The schema-valid arguments as the ask's request; labels unique and nothing blank."""
         questions = []
         for index, raw in enumerate(arguments["questions"]):
             labels = [option["label"] for option in raw["options"]]
@@ -86,10 +87,10 @@ class AskUserQuestions:
                     "multiSelect": bool(raw.get("multiSelect", False)),
                 }
             )
-        return Normalised(questions=questions, title=questions[0]["header"])
+        return AskRequest(questions=questions, title=questions[0]["header"])
 
-    def answers_result(self, questions: list[dict[str, Any]], answers: list[dict[str, Any]]) -> dict[str, Any]:
-        return {"answers": answers}
+    def check_answers(self, questions: list[dict[str, Any]], answers: Any) -> list[dict[str, Any]]:
+        return normalise_answers(questions, answers)
 
 
 def normalise_answers(questions: list[dict[str, Any]], answers: Any) -> list[dict[str, Any]]:

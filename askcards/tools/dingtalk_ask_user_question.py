@@ -14,11 +14,12 @@ import json
 import math
 import unicodedata
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import jsonschema
 
+from .base import ActionRequest, AskRequest, Closing, Tool, ToolInputError
 from .untrusted import neutralise_all, wrap_untrusted
 
 NAME = "dingtalk_ask_user_question"
@@ -240,22 +241,39 @@ class Target:
 
 
 @dataclass(frozen=True)
-class CreateRequest:
-    title: str  # card question_title
-    description: str  # card question_desc (targeted cards add TARGETED_SUFFIX)
-    fields: list[dict[str, Any]]  # the card's form.fields
-    questions: list[dict[str, Any]] | None  # the DSL as given, when the call used it
-    target: Target | None
-    timeout_minutes: int | None  # targeted only
+class CreateRequest(AskRequest):
+    """``create``: ``title`` is the card's question_title, ``description`` its question_desc
+    (targeted cards add TARGETED_SUFFIX), ``fields`` the card's form.fields, ``questions`` the DSL
+    as given when the call used it."""
+
+    target: Target | None = None
+    timeout_minutes: int | None = None  # targeted only
+
+
+def create_request(title: str, description: str, fields: list[dict[str, Any]],
+                   questions: list[dict[str, Any]] | None, target: Target | None,
+                   timeout_minutes: int | None) -> CreateRequest:
+    return CreateRequest(
+        title=title,
+        description=description,
+        fields=fields,
+        questions=questions,
+        respondent_ids=target.respondent_user_ids if target else (),
+        target_type=target.type if target else "",
+        target_id=target.id if target else "",
+        timeout=timedelta(minutes=timeout_minutes) if timeout_minutes else None,
+        target=target,
+        timeout_minutes=timeout_minutes,
+    )
 
 
 @dataclass(frozen=True)
-class ListRequest:
+class ListRequest(ActionRequest):
     pass
 
 
 @dataclass(frozen=True)
-class CancelRequest:
+class CancelRequest(ActionRequest):
     question_id: str
 
 
@@ -314,7 +332,7 @@ def parse_request(arguments: Any) -> CreateRequest | ListRequest | CancelRequest
     _check_form(form_fields, "fields" if has_fields else "questions")
     if target is not None and timeout is None:
         timeout = DEFAULT_TIMEOUT_MINUTES
-    return CreateRequest(title, description, form_fields, dsl, target, timeout)
+    return create_request(title, description, form_fields, dsl, target, timeout)
 
 
 def parse_target(raw: Any) -> Target:
@@ -823,44 +841,85 @@ def _compact(value: Any, *, sort_keys: bool = False) -> str:
 # ==== the registry's Tool ====================================================================
 
 
-class DingTalkAskUserQuestion:
+class DingTalkAskUserQuestion(Tool):
+    """Non-blocking: ``create`` returns at once with the pending text; the outcome reaches the
+    agent as the ask.closed event's ``message`` (a new user turn, reference §9)."""
+
     name = NAME
     description = DESCRIPTION
     input_schema = INPUT_SCHEMA
     blocking = False
-    # normalise() checks the published schema itself, after the reference's own checks, so the
-    # model reads the reference's error texts: call it instead of a schema-first validation.
-    validates_schema = True
+    default_timeout = timedelta(minutes=DEFAULT_TIMEOUT_MINUTES)
+    call_timeout = False  # the reference's timeouts: 5 minutes, or the call's timeoutMinutes
+    # parse_request checks the published schema itself, after the reference's own checks, so the
+    # model reads the reference's error texts.
+    schema_first = False
+    replaces_older = True
+    result_reads_responses = True
 
-    def normalise(self, arguments: dict[str, Any]):
-        """Validated arguments as the registry's Normalised; raises ToolInputError with the exact
-        text the model reads. ``extra`` carries ``action`` and, per action, ``target`` /
-        ``timeoutMinutes`` (create) or ``questionId`` (cancel)."""
-        from . import Normalised, ToolInputError
-
+    def parse(self, arguments: Any) -> CreateRequest | ListRequest | CancelRequest:
         try:
-            request = parse_request(arguments)
+            return parse_request(arguments)
         except ArgumentError as exc:
             raise ToolInputError(str(exc)) from None
-        if isinstance(request, ListRequest):
-            return Normalised(extra={"action": "list"})
-        if isinstance(request, CancelRequest):
-            return Normalised(extra={"action": "cancel", "questionId": request.question_id})
-        return Normalised(
-            questions=request.questions,
-            fields=request.fields,
-            title=request.title,
-            description=request.description,
-            extra={
-                "action": "create",
-                "target": request.target.as_dict() if request.target else None,
-                "timeoutMinutes": request.timeout_minutes,
-            },
-        )
 
-    def answers_result(self, questions: list[dict[str, Any]], answers: list[dict[str, Any]]) -> dict[str, Any]:
-        """``answers`` are the per-respondent responses ``[{respondent_user_id, status, answers}]``."""
-        return {"responses": answers}
+    def refusal(self, error: str) -> str:
+        return tool_result_text(failed_details(error))
+
+    def unavailable(self) -> str:
+        return tool_result_text(failed_details(NO_CONTEXT_ERROR))
+
+    def failure_result(self, reason: str, *, ask_id: str, error: str = "") -> dict[str, Any]:
+        if reason == "no_surface":
+            return {"tool_result": tool_result_text(failed_details(NO_CONTEXT_ERROR, question_id=ask_id))}
+        return {"tool_result": tool_result_text(failed_details(error))}
+
+    def pending_result(self, request: AskRequest, *, ask_id: str, message_id: str,
+                       deadline: datetime) -> dict[str, Any]:
+        targeted = bool(request.target_type)
+        timeout_minutes = request.timeout_minutes if isinstance(request, CreateRequest) else None
+        details = pending_details(question_id=ask_id, out_track_id=message_id,
+                                  deadline=deadline if targeted else None,
+                                  timeout_minutes=timeout_minutes if targeted else None)
+        return {"tool_result": tool_result_text(details)}
+
+    def activation_lost_result(self, *, ask_id: str, message_id: str) -> str:
+        return tool_result_text(failed_details(ACTIVATION_LOST_ERROR, question_id=ask_id, out_track_id=message_id))
+
+    def close_result(self, closing: Closing) -> dict[str, Any]:
+        """The responses, and the ``message`` the agent injects as a new user turn (reference §9)
+        when the ending has one. The create call's ``tool_result`` is kept, so a retried call
+        (same call_id) reads what the model read."""
+        result: dict[str, Any] = {}
+        if closing.kept_tool_result:
+            result["tool_result"] = closing.kept_tool_result
+        responses = [
+            {
+                "respondent_user_id": response.respondent_id,
+                "status": "missing" if response.status == "pending" else response.status,
+                "answers": list((response.answers or {}).get("answers", [])) if response.status == "submitted" else [],
+            }
+            for response in closing.responses
+        ]
+        result["responses"] = responses
+        if not closing.target_type:
+            first = responses[0] if responses else {"answers": []}
+            message = answer_message(reason=closing.reason, question_id=closing.ask_id, title=closing.title,
+                                     answers=first["answers"])
+            if message is not None:
+                result["message"] = message
+            return result
+        overall = COLLECTION_STATUS.get(closing.reason)
+        if overall is None:
+            return result
+        collection = collection_result(question_id=closing.ask_id, title=closing.title, status=overall,
+                                       target={"type": closing.target_type, "id": closing.target_id},
+                                       responses=responses)
+        result["collection"] = collection
+        if closing.reason != "by_agent":
+            # The initiator's own cancel returns the partial results in its tool result instead.
+            result["message"] = collection_message(collection)
+        return result
 
 
 TOOL = DingTalkAskUserQuestion()

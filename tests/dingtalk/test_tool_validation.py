@@ -1,6 +1,8 @@
 """dingtalk_ask_user_question: schema, validation order and the exact error texts (reference §2)."""
 from __future__ import annotations
 
+from datetime import timedelta
+
 import jsonschema
 import pytest
 
@@ -275,28 +277,45 @@ def test_tool_has_the_registry_shape():
     assert "Do NOT poll or re-call this tool" in tool.description
 
 
-def test_normalise_raises_the_registry_error_with_the_exact_text():
+def test_validate_raises_the_registry_error_with_the_exact_text():
     with pytest.raises(tools.ToolInputError) as raised:
-        dt.TOOL.normalise({"target": {"type": "group", "id": "cid"}, "fields": FIELDS})
+        dt.TOOL.validate({"target": {"type": "group", "id": "cid"}, "fields": FIELDS})
 
     assert str(raised.value) == "Error: A group target requires 1–50 explicit respondentUserIds"
 
 
-def test_normalise_create_carries_target_and_timeout():
-    normalised = dt.TOOL.normalise({"target": GROUP, "timeoutMinutes": 30, "title": "收集发布时间", "fields": FIELDS})
+def test_validate_create_is_a_typed_request_with_its_target_and_timeout():
+    request = dt.TOOL.validate({"target": GROUP, "timeoutMinutes": 30, "title": "收集发布时间", "fields": FIELDS})
 
-    assert normalised.title == "收集发布时间" and normalised.description == "收集发布时间"
-    assert normalised.fields == FIELDS and normalised.questions is None
-    assert normalised.extra == {"action": "create", "target": GROUP, "timeoutMinutes": 30}
-
-
-def test_normalise_list_and_cancel():
-    assert dt.TOOL.normalise({"action": "list"}).extra == {"action": "list"}
-    cancel = dt.TOOL.normalise({"action": "cancel", "questionId": "q_1"})
-    assert cancel.extra == {"action": "cancel", "questionId": "q_1"}
+    assert isinstance(request, tools.AskRequest)
+    assert request.title == "收集发布时间" and request.description == "收集发布时间"
+    assert request.fields == FIELDS and request.questions is None
+    assert (request.target_type, request.target_id, list(request.respondent_ids)) == (
+        GROUP["type"], GROUP["id"], GROUP["respondentUserIds"]
+    )
+    assert request.timeout == timedelta(minutes=30) and request.timeout_minutes == 30
 
 
-def test_answers_result_is_the_responses():
-    responses = [{"respondent_user_id": "u", "status": "submitted", "answers": [{"question": "Q", "answer": "A"}]}]
+def test_validate_list_and_cancel_are_actions():
+    assert dt.TOOL.validate({"action": "list"}) == dt.ListRequest()
+    assert dt.TOOL.validate({"action": "cancel", "questionId": " q_1 "}) == dt.CancelRequest("q_1")
 
-    assert dt.TOOL.answers_result([], responses) == {"responses": responses}
+
+def test_close_result_of_a_targeted_collection_lists_every_respondent_in_order():
+    closing = tools.Closing(
+        ask_id="q_1", title="收集发布时间", status="answered", reason="completed", target_type="group",
+        target_id="cid", kept_tool_result="pending text",
+        responses=[
+            tools.Response("u2", "submitted", {"answers": [{"question": "Q", "answer": "A"}], "values": ["A"]}),
+            tools.Response("u1", "pending"),
+        ],
+    )
+
+    result = dt.TOOL.close_result(closing)
+
+    assert result["tool_result"] == "pending text"
+    assert result["collection"]["status"] == "submitted"
+    assert [(row["respondent_user_id"], row["status"], row["answers"]) for row in result["collection"]["responses"]] == [
+        ("u2", "submitted", [{"question": "Q", "answer": "A"}]), ("u1", "missing", []),
+    ]
+    assert "收集" in result["message"]

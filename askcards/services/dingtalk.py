@@ -1,0 +1,202 @@
+"""DingTalk form cards (SPEC §4.2, reference/dingtalk-plugin.md §7, §9, §10): the tool's list and
+cancel actions, and clicks on its cards, ordinary and targeted collections.
+
+Creating a card is the shared tool-call pipeline (``tool_calls``); its results are the tool's
+hooks. Non-blocking: the outcome reaches the agent as the ask.closed event's ``message``.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from askcards import outbox
+from askcards.models import Agent, Ask, AskEvent, OutboxEvent, Respondent, Session
+from askcards.tools import Closing, Response
+from askcards.tools import dingtalk_ask_user_question as dingtalk_tool
+
+from .asks import after_change, ask_cancel, ask_expire, audit, audit_ignored, close
+from .tool_calls import ToolCallOutcome, action
+
+logger = logging.getLogger(__name__)
+
+DINGTALK_SURFACE = "dingtalk"  # the surface name in audit rows and Respondent.surface
+
+
+def _text(details: dict[str, Any]) -> str:
+    return dingtalk_tool.tool_result_text(details)
+
+
+@action(dingtalk_tool.ListRequest)
+def collections_list(request: dingtalk_tool.ListRequest, *, agent: Agent, session: Session, owner: str) -> ToolCallOutcome:
+    """``list``: the targeted collections this caller started in this conversation, still open."""
+    rows = [
+        {
+            "question_id": ask.id,
+            "title": ask.title,
+            "deadline": ask.deadline,
+            "received": sum(r.status != Respondent.Status.PENDING for r in ask.respondents.all()),
+            "total": len(ask.respondents.all()),
+        }
+        for ask in _owned_collections(agent, session, owner)
+    ]
+    return ToolCallOutcome("ok", _text(dingtalk_tool.list_details(rows)), None, False)
+
+
+@action(dingtalk_tool.CancelRequest)
+def collection_cancel(request: dingtalk_tool.CancelRequest, *, agent: Agent, session: Session, owner: str) -> ToolCallOutcome:
+    """``cancel``: end one of the caller's open collections; its partial results go back in this
+    tool result, not as a message (reference §10)."""
+    owned = {ask.id: ask for ask in _owned_collections(agent, session, owner)}
+    ask = owned.get(request.question_id)
+    if ask is None or not ask_cancel(ask=ask, reason=Ask.Reason.BY_AGENT, actor=f"agent:{agent.name}"):
+        return ToolCallOutcome("failed", _text(dingtalk_tool.failed_details(dingtalk_tool.CANCEL_NOT_ALLOWED_ERROR)), None, False)
+    outbox.result_returned(ask.id, timezone.now())
+    text = _text(dingtalk_tool.cancel_details(ask.result["collection"]))
+    return ToolCallOutcome("cancelled", text, None, False)
+
+
+def _owned_collections(agent: Agent, session: Session, owner: str):
+    asks = (
+        Ask.objects.filter(
+            agent=agent,
+            session=session,
+            tool=dingtalk_tool.NAME,
+            status=Ask.Status.PENDING,
+            deadline__gt=timezone.now(),
+        )
+        .exclude(target_type=Ask.Target.NONE)
+        .prefetch_related("respondents")
+        .order_by("created_at", "id")
+    )
+    return [ask for ask in asks if owner and ask.sender_id.casefold() == owner.casefold()]
+
+
+@dataclass
+class ClickResult:
+    """What a DingTalk card click did. ``kind``: recorded | duplicate | rejected; ``notice`` says
+    why a click did not count; ``respondent`` is the clicker's row once they have responded."""
+
+    kind: str
+    ask: Ask
+    notice: str = ""
+    respondent: Respondent | None = None
+
+
+def dingtalk_click(*, ask: Ask, user_id: str, action: str, form: dict[str, Any]) -> ClickResult:
+    """A submit or cancel on an ask's DingTalk card (``action``: ``submit`` | ``cancel``).
+
+    Ordinary cards: only the asker may answer; the first submit, empty submit or cancel ends the
+    ask (one conditional UPDATE, racing new messages, the deadline and cancels cleanly). Targeted
+    collections: only listed respondents (case-insensitive; a click naming nobody is refused);
+    each one's first response is recorded and later ones ignored; the ask ends, with the
+    collection's result, when the last one responds. A repeat of a recorded response is
+    ``duplicate`` and changes nothing but an audit row.
+    """
+    actor = f"respondent:{user_id or '?'}"
+    respondents = list(ask.respondents.all())
+    clicker = next((r for r in respondents if user_id and r.respondent_key == user_id.strip().casefold()), None)
+    if clicker is None:
+        if not user_id.strip():
+            notice = dingtalk_tool.NOTICE_NO_IDENTITY
+        elif ask.target_type == Ask.Target.NONE:
+            notice = dingtalk_tool.NOTICE_NOT_OWNER
+        else:
+            notice = dingtalk_tool.NOTICE_NOT_RESPONDENT
+        audit_ignored(ask, "not_respondent", actor, DINGTALK_SURFACE)
+        return ClickResult("rejected", ask, notice)
+
+    problem = dingtalk_tool.submission_problem(ask.fields or [], form) if action == "submit" else ""
+    if problem and ask.status == Ask.Status.PENDING and clicker.status == Respondent.Status.PENDING:
+        # Not something the card sends (a forged or garbled submit): refused, the ask stays open
+        # for a real answer. A closed ask or a respondent who already responded is answered as
+        # such below, whatever was sent.
+        logger.warning("dingtalk submit for ask %s refused: %s", ask.id, problem)
+        audit_ignored(ask, "invalid", actor, DINGTALK_SURFACE)
+        return ClickResult("rejected", ask, dingtalk_tool.NOTICE_INVALID)
+
+    submission = dingtalk_tool.read_submission(ask.fields or [], form) if action == "submit" else None
+    if action == "cancel":
+        row_status, answers = Respondent.Status.CANCELLED, None
+    elif submission.empty:
+        row_status, answers = Respondent.Status.EMPTY, {"answers": [], "values": []}
+    else:
+        row_status, answers = Respondent.Status.SUBMITTED, {"answers": submission.answers, "values": submission.values}
+
+    if ask.target_type == Ask.Target.NONE:
+        if ask.is_open and ask.deadline <= timezone.now():
+            # Past its deadline before the sweep got to it: the deadline wins, as it would have.
+            ask_expire(ask=ask)
+            audit_ignored(ask, f"late/{row_status}", actor, DINGTALK_SURFACE)
+            ask.refresh_from_db()
+            return ClickResult("rejected", ask, dingtalk_tool.NOTICE_CLOSED)
+        reasons = {Respondent.Status.CANCELLED: Ask.Reason.BY_RESPONDENT, Respondent.Status.EMPTY: Ask.Reason.EMPTY}
+        reason = reasons.get(row_status, Ask.Reason.SUBMITTED)
+        status = Ask.Status.CANCELLED if action == "cancel" else Ask.Status.ANSWERED
+        won = close(ask, (Ask.Status.PENDING,), status, reason, actor, surface=DINGTALK_SURFACE,
+                     respondent=(clicker.respondent_key, row_status, answers),
+                     result=_click_result(ask, status, reason, clicker, row_status, answers))
+        return _click_outcome(ask, clicker, row_status, answers, won)
+
+    now = timezone.now()
+    with transaction.atomic():
+        # Lock the ask (PostgreSQL; SQLite's IMMEDIATE transaction serialises writers): the
+        # deadline sweep, a cancel and the other respondents wait until this response is in.
+        open_now = bool(
+            Ask.objects.select_for_update()
+            .filter(pk=ask.pk, status=Ask.Status.PENDING, deadline__gt=now)
+            .values_list("pk", flat=True)
+        )
+        recorded = open_now and Respondent.objects.filter(pk=clicker.pk, status=Respondent.Status.PENDING).update(
+            status=row_status, answers=answers, answered_at=now, surface=DINGTALK_SURFACE
+        )
+        if recorded:
+            audit(ask, AskEvent.Kind.RESPONDED, Ask.Status.PENDING, Ask.Status.PENDING, actor, DINGTALK_SURFACE,
+                   {"respondent_status": row_status})
+            counts = Respondent.objects.filter(ask_id=ask.pk)
+            total, waiting = counts.count(), counts.filter(status=Respondent.Status.PENDING).count()
+            outbox.append(
+                agent_id=ask.agent_id, type=OutboxEvent.Type.ASK_PROGRESS, ask=ask,
+                data={"received": total - waiting, "total": total},
+            )
+            if waiting == 0:
+                close(ask, (Ask.Status.PENDING,), Ask.Status.ANSWERED, Ask.Reason.COMPLETED, actor, surface=DINGTALK_SURFACE)
+            else:
+                transaction.on_commit(partial(after_change, ask, "show"))
+    return _click_outcome(ask, clicker, row_status, answers, bool(recorded))
+
+
+def _click_result(ask: Ask, status: str, reason: str, clicker: Respondent, row_status: str, answers) -> dict[str, Any]:
+    """The result of an ordinary card's click that ends it: the tool's, from this one response."""
+    closing = Closing(
+        ask_id=ask.pk, title=ask.title, status=status, reason=reason,
+        kept_tool_result=(ask.result or {}).get("tool_result"),
+        responses=[Response(clicker.respondent_id, row_status, answers)],
+    )
+    return dingtalk_tool.TOOL.close_result(closing)
+
+
+def _click_outcome(ask: Ask, clicker: Respondent, row_status: str, answers, won: bool) -> ClickResult:
+    """The reply to a click. A lost ordinary click was already audited by ``close``; a refused
+    targeted one is audited here (one audit row per ignored click either way)."""
+    row = Respondent.objects.get(pk=clicker.pk)
+    if won:
+        return ClickResult("recorded", ask, "", row)
+    ask.refresh_from_db()  # whoever won: the reply shows the card as it is now
+    targeted = ask.target_type != Ask.Target.NONE
+    actor = f"respondent:{clicker.respondent_id}"
+    if row.status == row_status and (row_status == Respondent.Status.CANCELLED or row.answers == answers):
+        # The same response again (a double click, a platform re-delivery): same reply, no change.
+        if targeted:
+            audit_ignored(ask, f"duplicate/{row_status}", actor, DINGTALK_SURFACE)
+        return ClickResult("duplicate", ask, "", row)
+    if targeted:
+        responded = row.status not in (Respondent.Status.PENDING, Respondent.Status.MISSING)
+        audit_ignored(ask, f"{'again' if responded else 'closed'}/{row_status}", actor, DINGTALK_SURFACE)
+        if responded:
+            return ClickResult("rejected", ask, dingtalk_tool.NOTICE_ALREADY, row)
+    return ClickResult("rejected", ask, dingtalk_tool.NOTICE_CLOSED)
