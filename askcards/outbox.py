@@ -143,8 +143,11 @@ def _claim_due(now, limit: int) -> list[int]:
     return claimed
 
 
-def deliver_due(*, now=None, limit: int = 20) -> int:
-    """One worker step: POST due events to their agents' webhooks. Returns how many were tried."""
+def deliver_due(*, now=None, limit: int = 20, undeliverable: list[str] | None = None) -> int:
+    """One worker step: POST due events to their agents' webhooks. Returns how many were tried.
+
+    The ids of asks whose ask.closed event was given up on (the retry window closed) are appended
+    to ``undeliverable``: the caller (the worker) tells their surfaces through the services."""
     now = now or timezone.now()
     claimed = _claim_due(now, limit)
     held_until = now + timedelta(seconds=CLAIM_SECONDS)  # what _claim_due stored: our claim token
@@ -152,7 +155,7 @@ def deliver_due(*, now=None, limit: int = 20) -> int:
         # A batch can outlast its claim (20 POSTs of up to the webhook timeout each): renew the
         # claim right before each POST, and skip the event if another worker has claimed it since.
         if _renew_claim(event_id, held_until):
-            deliver_one(event_id)
+            deliver_one(event_id, undeliverable=undeliverable)
     return len(claimed)
 
 
@@ -164,7 +167,7 @@ def _renew_claim(event_id: int, held_until) -> bool:
     )
 
 
-def deliver_one(event_id: int) -> bool:
+def deliver_one(event_id: int, *, undeliverable: list[str] | None = None) -> bool:
     event = (
         OutboxEvent.objects.select_related("agent", "ask__session", "session")
         .prefetch_related("ask__respondents")
@@ -211,11 +214,14 @@ def deliver_one(event_id: int) -> bool:
         error = f"refused: {exc}"
     except requests.RequestException as exc:
         error = type(exc).__name__
-    _schedule_retry(event, error)
+    if _schedule_retry(event, error) and event.type == OutboxEvent.Type.ASK_CLOSED and event.ask_id:
+        if undeliverable is not None:
+            undeliverable.append(event.ask_id)
     return False
 
 
-def _schedule_retry(event: OutboxEvent, error: str) -> None:
+def _schedule_retry(event: OutboxEvent, error: str) -> bool:
+    """Retry later, or give up once the retry window closes (True)."""
     now = timezone.now()
     attempts = event.attempts + 1
     delay = BACKOFF[min(attempts - 1, len(BACKOFF) - 1)]
@@ -227,12 +233,6 @@ def _schedule_retry(event: OutboxEvent, error: str) -> None:
         next_attempt_at=None if give_up else now + timedelta(seconds=delay),
         failed_at=now if give_up else None,
     )
-    if give_up and event.type == OutboxEvent.Type.ASK_CLOSED and event.ask_id:
-        from . import surfaces  # the card says the conversation did not continue (DingTalk dispatch_failed)
-
-        ask = Ask.objects.select_related("session").filter(pk=event.ask_id).first()
-        if ask is not None:
-            surfaces.result_undeliverable(ask)
     logger.warning(
         "webhook failed agent=%s seq=%s attempt=%s error=%s%s",
         event.agent_id,
@@ -241,6 +241,7 @@ def _schedule_retry(event: OutboxEvent, error: str) -> None:
         error,
         " (giving up; still readable from /events)" if give_up else "",
     )
+    return give_up
 
 
 def retry_now(event_ids: list[int]) -> int:

@@ -39,7 +39,11 @@ class Worker:
         return services.expire_due(now=timezone.now())
 
     def deliveries(self) -> int:
-        return outbox.deliver_due(now=timezone.now())
+        undeliverable: list[str] = []
+        tried = outbox.deliver_due(now=timezone.now(), undeliverable=undeliverable)
+        for ask_id in undeliverable:
+            services.ask_result_undeliverable(ask_id=ask_id)
+        return tried
 
     def card_sync(self) -> int:
         return surfaces.sync_due(timezone.now())
