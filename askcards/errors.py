@@ -16,6 +16,18 @@ class InvalidInput(AskcardsError):
     status = 400
 
 
+class Unauthenticated(AskcardsError):
+    """No valid agent key (HTTP 401). ``code``: not_authenticated (no header), invalid_key or
+    agent_inactive."""
+
+    code = "not_authenticated"
+    status = 401
+
+    def __init__(self, message: str, code: str = "not_authenticated"):
+        super().__init__(message)
+        self.code = code
+
+
 class NotFound(AskcardsError):
     code = "not_found"
     status = 404

@@ -12,10 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import parse_qsl
 
-from askcards import jsonlimits, services
-from askcards.api.auth import authenticate_key
+from askcards import jsonlimits, selectors, services
 from askcards.api.serializers import SessionUpsertInput
-from askcards.errors import InvalidInput
+from askcards.errors import InvalidInput, Unauthenticated
 from askcards.models import Agent, Session
 
 SESSION_FIELDS = ("platform", "web_user", "chat_type", "chat_id", "user_id", "user_name", "bot")
@@ -43,16 +42,10 @@ class Caller:
 
 def agent_for(authorization: str | None) -> Agent:
     """The agent whose key the ``Authorization`` header carries; Unauthorized otherwise."""
-    if not authorization:
-        raise Unauthorized("This endpoint needs 'Authorization: Bearer <agent key>' (the agent's REST key).")
-    scheme, _, key = authorization.partition(" ")
-    key = key.strip()
-    if scheme.lower() != "bearer" or not key or " " in key:
-        raise Unauthorized("Invalid Authorization header: expected 'Bearer <agent key>'.")
     try:
-        return authenticate_key(key)
-    except Exception as exc:  # DRF's AuthenticationFailed: unknown key or deactivated agent
-        raise Unauthorized(str(getattr(exc, "detail", exc))) from None
+        return selectors.agent_for_authorization(authorization)
+    except Unauthenticated as exc:
+        raise Unauthorized(exc.message) from None
 
 
 def query_fields(query_string: bytes) -> dict[str, str]:
