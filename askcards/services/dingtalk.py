@@ -78,12 +78,14 @@ def _owned_collections(agent: Agent, session: Session, owner: str):
 
 @dataclass
 class ClickResult:
-    """What a DingTalk card click did. ``kind``: recorded | duplicate | rejected; ``notice`` says
-    why a click did not count; ``respondent`` is the clicker's row once they have responded."""
+    """What a DingTalk card click did. ``kind``: recorded | duplicate | rejected; ``reason`` says
+    why a rejected click did not count (the surface tells the clicker): not_owner | not_respondent |
+    no_identity | invalid | closed | already; ``respondent`` is the clicker's row once they have
+    responded."""
 
     kind: str
     ask: Ask
-    notice: str = ""
+    reason: str = ""
     respondent: Respondent | None = None
 
 
@@ -102,13 +104,13 @@ def dingtalk_click(*, ask: Ask, user_id: str, action: str, form: dict[str, Any])
     clicker = next((r for r in respondents if user_id and r.respondent_key == user_id.strip().casefold()), None)
     if clicker is None:
         if not user_id.strip():
-            notice = dingtalk_tool.NOTICE_NO_IDENTITY
+            refused = "no_identity"
         elif ask.target_type == Ask.Target.NONE:
-            notice = dingtalk_tool.NOTICE_NOT_OWNER
+            refused = "not_owner"
         else:
-            notice = dingtalk_tool.NOTICE_NOT_RESPONDENT
+            refused = "not_respondent"
         audit_ignored(ask, "not_respondent", actor, DINGTALK_SURFACE)
-        return ClickResult("rejected", ask, notice)
+        return ClickResult("rejected", ask, refused)
 
     problem = dingtalk_tool.submission_problem(ask.fields or [], form) if action == "submit" else ""
     if problem and ask.status == Ask.Status.PENDING and clicker.status == Respondent.Status.PENDING:
@@ -117,7 +119,7 @@ def dingtalk_click(*, ask: Ask, user_id: str, action: str, form: dict[str, Any])
         # such below, whatever was sent.
         logger.warning("dingtalk submit for ask %s refused: %s", ask.id, problem)
         audit_ignored(ask, "invalid", actor, DINGTALK_SURFACE)
-        return ClickResult("rejected", ask, dingtalk_tool.NOTICE_INVALID)
+        return ClickResult("rejected", ask, "invalid")
 
     submission = dingtalk_tool.read_submission(ask.fields or [], form) if action == "submit" else None
     if action == "cancel":
@@ -133,7 +135,7 @@ def dingtalk_click(*, ask: Ask, user_id: str, action: str, form: dict[str, Any])
             ask_expire(ask=ask)
             audit_ignored(ask, f"late/{row_status}", actor, DINGTALK_SURFACE)
             ask.refresh_from_db()
-            return ClickResult("rejected", ask, dingtalk_tool.NOTICE_CLOSED)
+            return ClickResult("rejected", ask, "closed")
         reasons = {Respondent.Status.CANCELLED: Ask.Reason.BY_RESPONDENT, Respondent.Status.EMPTY: Ask.Reason.EMPTY}
         reason = reasons.get(row_status, Ask.Reason.SUBMITTED)
         status = Ask.Status.CANCELLED if action == "cancel" else Ask.Status.ANSWERED
@@ -198,5 +200,5 @@ def _click_outcome(ask: Ask, clicker: Respondent, row_status: str, answers, won:
         responded = row.status not in (Respondent.Status.PENDING, Respondent.Status.MISSING)
         audit_ignored(ask, f"{'again' if responded else 'closed'}/{row_status}", actor, DINGTALK_SURFACE)
         if responded:
-            return ClickResult("rejected", ask, dingtalk_tool.NOTICE_ALREADY, row)
-    return ClickResult("rejected", ask, dingtalk_tool.NOTICE_CLOSED)
+            return ClickResult("rejected", ask, "already", row)
+    return ClickResult("rejected", ask, "closed")

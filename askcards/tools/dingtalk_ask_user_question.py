@@ -611,15 +611,18 @@ TERMINAL_CARD: dict[str, tuple[str, str, str]] = {
     "no_surface": ("expired", "问题卡片发送失败。", "已失效"),
     "not_available": ("expired", "问题卡片发送失败。", "已失效"),
 }
-# What the clicker alone reads (the card's private ``user_notice``) when a click did not count.
-NOTICE_NOT_OWNER = "仅提问对象可以回答这张卡片。"
-NOTICE_NOT_RESPONDENT = "你不是本次收集的指定填写人，提交未被记录。"
-NOTICE_NO_IDENTITY = "无法确认你的身份，提交未被记录。"
-NOTICE_ALREADY = "你已回应过本次收集，以第一次回应为准。"
-NOTICE_CLOSED = "问题已失效，提交未被记录。"
-# askcards' own text (the reference lets such values through): a choice not among the options or
-# a value of the wrong type for its field.
-NOTICE_INVALID = "提交的内容与表单不符，提交未被记录，请重新填写。"
+# What the clicker alone reads (the card's private ``user_notice``) when a click did not count,
+# by why it did not (``services.ClickResult.reason``).
+NOTICES = {
+    "not_owner": "仅提问对象可以回答这张卡片。",
+    "not_respondent": "你不是本次收集的指定填写人，提交未被记录。",
+    "no_identity": "无法确认你的身份，提交未被记录。",
+    "already": "你已回应过本次收集，以第一次回应为准。",
+    "closed": "问题已失效，提交未被记录。",
+    # askcards' own text (the reference lets such values through): a choice not among the options
+    # or a value of the wrong type for its field.
+    "invalid": "提交的内容与表单不符，提交未被记录，请重新填写。",
+}
 INITIATOR_CANCELLED_DESC = "发起人已取消本次收集。"
 COMPLETED_DESC = "已收齐 {count} 人的回应，结果返回发起会话。"
 

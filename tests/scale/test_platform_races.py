@@ -298,7 +298,7 @@ def test_dingtalk_records_each_respondents_first_response_once(dingtalk_race, pg
         assert status == "submitted", user
         recorded = [form for form, notice in replies[user] if notice == ""]
         assert len(recorded) == 1 and value == recorded[0]["dish"]["value"], (user, value, replies[user])
-        assert sorted(n for _, n in replies[user] if n) == [dt.NOTICE_ALREADY] * (len(replies[user]) - 1)
+        assert sorted(n for _, n in replies[user] if n) == [dt.NOTICES["already"]] * (len(replies[user]) - 1)
     responded = pg_db.query(
         "SELECT count(*), count(DISTINCT actor) FROM askcards_askevent WHERE kind = 'responded' AND ask_id = %s", live
     )
@@ -346,7 +346,7 @@ def test_dingtalk_late_clicks_on_the_due_collection_are_refused_and_audited(ding
     from askcards.tools import dingtalk_ask_user_question as dt
 
     setup, _, outputs = dingtalk_race
-    assert [_notice(reply) for reply in outputs[3]["replies"]] == [dt.NOTICE_CLOSED] * 2
+    assert [_notice(reply) for reply in outputs[3]["replies"]] == [dt.NOTICES["closed"]] * 2
     ignored = pg_db.query(
         "SELECT detail->>'attempted', count(*) FROM askcards_askevent WHERE kind = 'ignored' AND ask_id = %s GROUP BY 1",
         setup["asks"]["due"],

@@ -37,7 +37,7 @@ NAME = "dingtalk"
 BATCH = 50
 
 # A private text variable of the template (README "Connecting DingTalk"): what the clicker alone
-# reads when a click did not count (texts: dt.NOTICE_*) — the reference gives no feedback at all.
+# reads when a click did not count (texts: dt.NOTICES) — the reference gives no feedback at all.
 NOTICE = "user_notice"
 # A targeted respondent's own view of the card after responding (their answers only privately).
 RESPONDENT_VIEW = {
@@ -250,7 +250,7 @@ def callback_response(outcome: Any) -> dict[str, Any]:
     ask = outcome.ask
     message = CardMessage.objects.filter(ask_id=ask.pk, platform=Bot.Platform.DINGTALK).first()
     desired = desired_variables(ask, message or CardMessage(card_reason=""))
-    private: dict[str, str] = {NOTICE: outcome.notice}
+    private: dict[str, str] = {NOTICE: dt.NOTICES[outcome.reason] if outcome.reason else ""}
     respondent = outcome.respondent
     if ask.target_type != Ask.Target.NONE and outcome.kind in ("recorded", "duplicate") and respondent is not None:
         submission = submission_of(respondent)
