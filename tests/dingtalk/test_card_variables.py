@@ -1,17 +1,12 @@
-"""dingtalk_ask_user_question: the card variables over the whole lifecycle (reference §4)."""
+"""The DingTalk card: its variables over the whole lifecycle (reference §4)."""
 from __future__ import annotations
 
 import json
 
 import pytest
 
-from askcards.tools.dingtalk_ask_user_question import (
-    CardState,
-    Submission,
-    card_variables,
-    changed_variables,
-    terminal_variables,
-)
+from askcards.surfaces.dingtalk.cards import CardState, card_variables, changed_variables, terminal_variables
+from askcards.tools.dingtalk_ask_user_question import Submission
 
 FIELDS = [{"name": "answer_0", "label": "环境", "type": "CHECKBOX_GROUP", "required": True,
            "options": [{"value": "prod", "text": "生产"}, {"value": "test", "text": "测试"}]}]

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from askcards.tools.dingtalk_ask_user_question import (
+from askcards.tools.dingtalk_ask_user_question.request import (
     form_fields_from_fields,
     form_fields_from_questions,
     parse_request,

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from askcards.tools.dingtalk_ask_user_question import (
+from askcards.tools.dingtalk_ask_user_question.texts import (
     answer_message,
     cancel_details,
     collection_message,

@@ -8,7 +8,7 @@ import pytest
 
 from askcards import tools
 from askcards.tools import dingtalk_ask_user_question as dt
-from askcards.tools.dingtalk_ask_user_question import (
+from askcards.tools.dingtalk_ask_user_question.request import (
     ArgumentError,
     CancelRequest,
     CreateRequest,

@@ -278,7 +278,7 @@ def test_dingtalk_racing_callbacks_and_sweeps_raise_nothing(dingtalk_race):
 
 
 def test_dingtalk_records_each_respondents_first_response_once(dingtalk_race, pg_db):
-    from askcards.tools import dingtalk_ask_user_question as dt
+    from askcards.surfaces.dingtalk import cards
 
     setup, processes, outputs = dingtalk_race
     live = setup["asks"]["live"]
@@ -298,7 +298,7 @@ def test_dingtalk_records_each_respondents_first_response_once(dingtalk_race, pg
         assert status == "submitted", user
         recorded = [form for form, notice in replies[user] if notice == ""]
         assert len(recorded) == 1 and value == recorded[0]["dish"]["value"], (user, value, replies[user])
-        assert sorted(n for _, n in replies[user] if n) == [dt.NOTICES["already"]] * (len(replies[user]) - 1)
+        assert sorted(n for _, n in replies[user] if n) == [cards.NOTICES["already"]] * (len(replies[user]) - 1)
     responded = pg_db.query(
         "SELECT count(*), count(DISTINCT actor) FROM askcards_askevent WHERE kind = 'responded' AND ask_id = %s", live
     )
@@ -343,10 +343,10 @@ def test_dingtalk_collections_produce_their_result_once(dingtalk_race, pg_db):
 
 
 def test_dingtalk_late_clicks_on_the_due_collection_are_refused_and_audited(dingtalk_race, pg_db):
-    from askcards.tools import dingtalk_ask_user_question as dt
+    from askcards.surfaces.dingtalk import cards
 
     setup, _, outputs = dingtalk_race
-    assert [_notice(reply) for reply in outputs[3]["replies"]] == [dt.NOTICES["closed"]] * 2
+    assert [_notice(reply) for reply in outputs[3]["replies"]] == [cards.NOTICES["closed"]] * 2
     ignored = pg_db.query(
         "SELECT detail->>'attempted', count(*) FROM askcards_askevent WHERE kind = 'ignored' AND ask_id = %s GROUP BY 1",
         setup["asks"]["due"],

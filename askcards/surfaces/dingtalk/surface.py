@@ -29,6 +29,7 @@ from askcards.models import Ask, Bot, CardMessage, Respondent, Session, new_out_
 from askcards.surfaces import DeliveryFailed
 from askcards.tools import dingtalk_ask_user_question as dt
 
+from . import cards
 from .client import CallbackRegistration, DeliveryError, DingTalkClient, DingTalkError
 
 logger = logging.getLogger(__name__)
@@ -37,7 +38,7 @@ NAME = "dingtalk"
 BATCH = 50
 
 # A private text variable of the template (README "Connecting DingTalk"): what the clicker alone
-# reads when a click did not count (texts: dt.NOTICES) — the reference gives no feedback at all.
+# reads when a click did not count (texts: cards.NOTICES) — the reference gives no feedback at all.
 NOTICE = "user_notice"
 # A targeted respondent's own view of the card after responding (their answers only privately).
 RESPONDENT_VIEW = {
@@ -57,7 +58,7 @@ def client_for(bot: Bot, *, max_attempts: int = 1) -> DingTalkClient:
 
 
 def template_for(bot: Bot) -> str:
-    return bot.template_id or dt.TEMPLATE_ID
+    return bot.template_id or cards.TEMPLATE_ID
 
 
 def route_key_for(bot: Bot) -> str | None:
@@ -102,7 +103,7 @@ def desired_variables(ask: Ask, message: CardMessage) -> dict[str, str]:
     respondents = list(ask.respondents.all())
     targeted = ask.target_type != Ask.Target.NONE
     reason = message.card_reason or ("" if ask.is_open else ask.reason)
-    state = dt.CardState(
+    state = cards.CardState(
         question_id=ask.id,
         title=ask.title,
         description=ask.description,
@@ -115,7 +116,7 @@ def desired_variables(ask: Ask, message: CardMessage) -> dict[str, str]:
         total=len(respondents),
         submission=None if targeted else submission_of(respondents[0] if respondents else None),
     )
-    return dt.card_variables(state)
+    return cards.card_variables(state)
 
 
 def space_of(ask: Ask) -> tuple[str, str, bool]:
@@ -205,7 +206,7 @@ def sync_message(pk: int, *, now=None) -> bool:
         CardMessage.objects.filter(pk=pk).update(synced_version=version, next_sync_at=None)
         return True
     desired = desired_variables(message.ask, message)
-    changed = dt.changed_variables(message.pushed, desired)
+    changed = cards.changed_variables(message.pushed, desired)
     started = timezone.now()
     if changed:
         try:
@@ -250,7 +251,7 @@ def callback_response(outcome: Any) -> dict[str, Any]:
     ask = outcome.ask
     message = CardMessage.objects.filter(ask_id=ask.pk, platform=Bot.Platform.DINGTALK).first()
     desired = desired_variables(ask, message or CardMessage(card_reason=""))
-    private: dict[str, str] = {NOTICE: dt.NOTICES[outcome.reason] if outcome.reason else ""}
+    private: dict[str, str] = {NOTICE: cards.NOTICES[outcome.reason] if outcome.reason else ""}
     respondent = outcome.respondent
     if ask.target_type != Ask.Target.NONE and outcome.kind in ("recorded", "duplicate") and respondent is not None:
         submission = submission_of(respondent)

@@ -1,0 +1,140 @@
+"""The DingTalk form card of ``dingtalk_ask_user_question`` (reference/dingtalk-plugin.md §4) as
+pure functions of plain data: every card variable for every state of the ask, what a card update
+sends, and the private notice a clicker reads when a click did not count.
+
+The form itself (``form.fields``) is the tool's (``askcards.tools.dingtalk_ask_user_question``):
+the ask stores it, and answers are read and checked against it there.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from askcards.tools import dumps
+from askcards.tools.dingtalk_ask_user_question import DEFAULT_TIMEOUT_MINUTES, Submission
+
+# The reference plugin's built-in template (reference §4); a bot may configure its own.
+TEMPLATE_ID = "c2a6355b-9724-4f7e-9653-d33fcb3311bb.schema"
+
+SUBMIT_BADGE = "提交"
+# Reference: "…收齐即结束，重启将终止收集。" askcards keeps collections across restarts (SPEC §5.5,
+# §6.2), so the card does not claim that a restart ends the collection.
+TARGETED_SUFFIX = "\n由 {initiator} 发起；仅指定填写人可提交。结果返回发起会话，{minutes} 分钟后截止；收齐即结束。"
+
+# terminal reason -> (card_status, question_desc, form_btn_text). Keys are Ask reasons plus the
+# card-only states the reference names (dispatch_failed, restart_during_dispatch).
+TERMINAL_CARD: dict[str, tuple[str, str, str]] = {
+    "submitted": ("submitted", "已提交。", "已提交"),
+    "empty": ("submitted", "已提交，未填写任何内容。", "已提交"),
+    "by_respondent": ("cancelled", "已取消。", "已取消"),
+    "by_agent": ("cancelled", "已取消。", "已取消"),
+    "by_operator": ("cancelled", "已取消。", "已取消"),
+    "session_cancelled": ("cancelled", "已取消。", "已取消"),
+    "timeout": ("expired", "问题已失效，请重新发起。", "已失效"),
+    "superseded_by_question": ("expired", "已有新的问题卡片，请回答最新卡片。", "已失效"),
+    "superseded_by_message": (
+        "expired", "你在问题卡片发出后发送了新消息，此卡已失效。请重新发起需要填写的问题。", "已失效",
+    ),
+    "pause_failed": ("expired", "当前任务未能暂停，此卡已失效，请重新发起。", "已失效"),
+    "restart": ("expired", "服务已重启，原问题上下文已失效，请重新发起。", "已失效"),
+    "restart_during_dispatch": (
+        "expired", "服务在处理回答期间重启，本次处理结果可能未完成，请发送新消息继续。", "已失效",
+    ),
+    "dispatch_failed": ("expired", "回答已收到，但未能继续会话，请发送一条普通消息继续。", "已失效"),
+    "delivery_failed": ("expired", "问题卡片发送失败。", "已失效"),
+    # Never on a card (the ask failed before one existed); listed so every reason has a row.
+    "no_surface": ("expired", "问题卡片发送失败。", "已失效"),
+    "not_available": ("expired", "问题卡片发送失败。", "已失效"),
+}
+# A targeted collection's own endings: ended by its initiator, everyone responded.
+INITIATOR_CANCELLED_DESC = "发起人已取消本次收集。"
+COMPLETED_DESC = "已收齐 {count} 人的回应，结果返回发起会话。"
+
+# What the clicker alone reads (the card's private ``user_notice``) when a click did not count,
+# by why it did not (``services.ClickResult.reason``).
+NOTICES = {
+    "not_owner": "仅提问对象可以回答这张卡片。",
+    "not_respondent": "你不是本次收集的指定填写人，提交未被记录。",
+    "no_identity": "无法确认你的身份，提交未被记录。",
+    "already": "你已回应过本次收集，以第一次回应为准。",
+    "closed": "问题已失效，提交未被记录。",
+    # askcards' own text (the reference lets such values through): a choice not among the options
+    # or a value of the wrong type for its field.
+    "invalid": "提交的内容与表单不符，提交未被记录，请重新填写。",
+}
+
+
+@dataclass(frozen=True)
+class CardState:
+    """What a DingTalk card should show now. ``reason`` is "" while the ask is open."""
+
+    question_id: str
+    title: str
+    description: str
+    fields: list[dict[str, Any]]
+    reason: str = ""
+    targeted: bool = False
+    initiator: str = ""
+    timeout_minutes: int = DEFAULT_TIMEOUT_MINUTES
+    received: int = 0
+    total: int = 1
+    submission: Submission | None = None
+
+
+def card_variables(state: CardState) -> dict[str, str]:
+    """Every card variable (all strings) for ``state``. Diff against what was pushed with
+    ``changed_variables`` to get the keys a card update sends."""
+    description = state.description
+    if state.targeted:
+        description += TARGETED_SUFFIX.format(initiator=state.initiator, minutes=state.timeout_minutes)
+    variables = {
+        "question_id": state.question_id,
+        "question_title": state.title,
+        "question_desc": description,
+        "card_status": "pending",
+        "form_btn_text": SUBMIT_BADGE,
+        "selected_text": "",
+        "selected_values": "[]",
+        # Keys sorted: the fields come back from PostgreSQL's jsonb in another key order than they
+        # were created in, and an unchanged form must compare equal to what was pushed.
+        "form": json.dumps({"fields": state.fields}, ensure_ascii=False, separators=(",", ":"), sort_keys=True),
+    }
+    if not state.reason:
+        if state.targeted and state.received > 0:
+            # Progress only: who answered what never reaches the shared card.
+            variables["form_btn_text"] = f"{state.received}/{state.total}"
+        return variables
+    variables.update(terminal_variables(state.reason, targeted=state.targeted, total=state.total,
+                                        submission=state.submission))
+    return variables
+
+
+def terminal_variables(reason: str, *, targeted: bool = False, total: int = 1,
+                       submission: Submission | None = None) -> dict[str, str]:
+    """The variables that change when a card closes with ``reason``. Raises ValueError for an unknown one."""
+    if targeted and reason == "completed":
+        return {"card_status": "submitted", "question_desc": COMPLETED_DESC.format(count=total),
+                "form_btn_text": "已结束"}
+    if targeted and reason == "by_agent":
+        return {"card_status": "cancelled", "question_desc": INITIATOR_CANCELLED_DESC, "form_btn_text": "已取消"}
+    if reason == "completed":
+        reason = "submitted"
+    if reason not in TERMINAL_CARD:
+        raise ValueError(f"no card texts for terminal reason {reason!r}")
+    status, desc, badge = TERMINAL_CARD[reason]
+    variables = {"card_status": status, "question_desc": desc, "form_btn_text": badge}
+    if reason == "submitted" and submission is not None and not submission.empty and not targeted:
+        variables["question_desc"] = f"已选择：{submission.selected_text}。"
+        variables["selected_text"] = submission.selected_text
+        variables["selected_values"] = dumps(submission.values)
+    elif reason in ("submitted", "empty") and not targeted:
+        variables["selected_text"] = ""
+        variables["selected_values"] = "[]"
+    return variables
+
+
+def changed_variables(pushed: dict[str, str] | None, desired: dict[str, str]) -> dict[str, str]:
+    """The keys of ``desired`` whose value differs from what was last pushed (all, when nothing was)."""
+    pushed = pushed or {}
+    return {key: value for key, value in desired.items() if pushed.get(key) != value}
