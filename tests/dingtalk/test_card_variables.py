@@ -94,7 +94,6 @@ def test_empty_submission():
     ("superseded_by_message", "expired", "你在问题卡片发出后发送了新消息，此卡已失效。请重新发起需要填写的问题。", "已失效"),
     ("pause_failed", "expired", "当前任务未能暂停，此卡已失效，请重新发起。", "已失效"),
     ("restart", "expired", "服务已重启，原问题上下文已失效，请重新发起。", "已失效"),
-    ("restart_during_dispatch", "expired", "服务在处理回答期间重启，本次处理结果可能未完成，请发送新消息继续。", "已失效"),
     ("dispatch_failed", "expired", "回答已收到，但未能继续会话，请发送一条普通消息继续。", "已失效"),
     ("delivery_failed", "expired", "问题卡片发送失败。", "已失效"),
 ])

@@ -62,7 +62,6 @@ class MalformedCallback(ValueError):
 class CardCallback:
     out_track_id: str  # "" when the payload carries none
     question_id: str  # actionIds[0] when it is a question id (the template's ${question_id}), else ""
-    action_id: str  # actionIds[0] as sent ("" when absent)
     user_id: str  # the clicker ("" when the payload names nobody: callers must fail closed)
     action: str  # SUBMIT | CANCEL | OTHER
     form: dict[str, Any] = field(default_factory=dict)  # params.form of a submit
@@ -154,7 +153,7 @@ def parse_callback(payload: Any) -> CardCallback:
         if len(value) > MAX_ID_CHARS:
             raise MalformedCallback(f"{name} is longer than {MAX_ID_CHARS} characters", out_track_id=out_track_id[:MAX_ID_CHARS])
     _check_lengths(form, out_track_id)
-    return CardCallback(out_track_id, question_id, action_id, user_id, action, form)
+    return CardCallback(out_track_id, question_id, user_id, action, form)
 
 
 def _decode(payload: Any) -> Any:

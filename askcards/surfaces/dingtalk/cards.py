@@ -23,7 +23,7 @@ SUBMIT_BADGE = "提交"
 TARGETED_SUFFIX = "\n由 {initiator} 发起；仅指定填写人可提交。结果返回发起会话，{minutes} 分钟后截止；收齐即结束。"
 
 # terminal reason -> (card_status, question_desc, form_btn_text). Keys are Ask reasons plus the
-# card-only states the reference names (dispatch_failed, restart_during_dispatch).
+# card-only dispatch_failed (the ask's result never reached the agent).
 TERMINAL_CARD: dict[str, tuple[str, str, str]] = {
     "submitted": ("submitted", "已提交。", "已提交"),
     "empty": ("submitted", "已提交，未填写任何内容。", "已提交"),
@@ -38,9 +38,6 @@ TERMINAL_CARD: dict[str, tuple[str, str, str]] = {
     ),
     "pause_failed": ("expired", "当前任务未能暂停，此卡已失效，请重新发起。", "已失效"),
     "restart": ("expired", "服务已重启，原问题上下文已失效，请重新发起。", "已失效"),
-    "restart_during_dispatch": (
-        "expired", "服务在处理回答期间重启，本次处理结果可能未完成，请发送新消息继续。", "已失效",
-    ),
     "dispatch_failed": ("expired", "回答已收到，但未能继续会话，请发送一条普通消息继续。", "已失效"),
     "delivery_failed": ("expired", "问题卡片发送失败。", "已失效"),
     # Never on a card (the ask failed before one existed); listed so every reason has a row.
@@ -118,8 +115,6 @@ def terminal_variables(reason: str, *, targeted: bool = False, total: int = 1,
                 "form_btn_text": "已结束"}
     if targeted and reason == "by_agent":
         return {"card_status": "cancelled", "question_desc": INITIATOR_CANCELLED_DESC, "form_btn_text": "已取消"}
-    if reason == "completed":
-        reason = "submitted"
     if reason not in TERMINAL_CARD:
         raise ValueError(f"no card texts for terminal reason {reason!r}")
     status, desc, badge = TERMINAL_CARD[reason]

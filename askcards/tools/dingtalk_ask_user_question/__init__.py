@@ -12,9 +12,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from ..base import AskRequest, Closing, Tool, ToolInputError
+from ..base import AskRequest, Closing, Tool
 from .request import (  # noqa: F401  (the tool's public names)
-    ArgumentError,
     CancelRequest,
     CreateRequest,
     ListRequest,
@@ -63,10 +62,7 @@ class DingTalkAskUserQuestion(Tool):
     result_reads_responses = True
 
     def parse(self, arguments: Any) -> CreateRequest | ListRequest | CancelRequest:
-        try:
-            return parse_request(arguments)
-        except ArgumentError as exc:
-            raise ToolInputError(str(exc)) from None
+        return parse_request(arguments)
 
     def refusal(self, error: str) -> str:
         return tool_result_text(failed_details(error))

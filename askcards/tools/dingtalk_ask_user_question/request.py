@@ -15,7 +15,7 @@ from typing import Any
 
 import jsonschema
 
-from ..base import ActionRequest, AskRequest, dumps
+from ..base import ActionRequest, AskRequest, ToolInputError, describe_schema_error, dumps
 from .schema import (
     DEFAULT_TIMEOUT_MINUTES,
     FIELD_TYPES,
@@ -49,18 +49,11 @@ TEXT_PLACEHOLDER = "请输入回答"
 # ==== requests ================================================================================
 
 
-class ArgumentError(ValueError):
-    """The arguments are invalid; ``str(error)`` is the exact text the model reads."""
-
-
 @dataclass(frozen=True)
 class Target:
     type: str  # user | group
     id: str
     respondent_user_ids: tuple[str, ...]
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"type": self.type, "id": self.id, "respondentUserIds": list(self.respondent_user_ids)}
 
 
 @dataclass(frozen=True)
@@ -69,7 +62,6 @@ class CreateRequest(AskRequest):
     (a targeted card adds who asked and when it closes), ``fields`` the card's form.fields,
     ``questions`` the DSL as given when the call used it."""
 
-    target: Target | None = None
     timeout_minutes: int | None = None  # targeted only
 
 
@@ -85,7 +77,6 @@ def create_request(title: str, description: str, fields: list[dict[str, Any]],
         target_type=target.type if target else "",
         target_id=target.id if target else "",
         timeout=timedelta(minutes=timeout_minutes) if timeout_minutes else None,
-        target=target,
         timeout_minutes=timeout_minutes,
     )
 
@@ -101,20 +92,20 @@ class CancelRequest(ActionRequest):
 
 
 def parse_request(arguments: Any) -> CreateRequest | ListRequest | CancelRequest:
-    """Validate in the reference's order; raise ArgumentError with the text the model must see."""
+    """Validate in the reference's order; raise ToolInputError with the text the model must see."""
     if not isinstance(arguments, dict):
-        raise ArgumentError("arguments must be a JSON object")
+        raise ToolInputError("arguments must be a JSON object")
     action = arguments.get("action")
     action = "create" if action is None else action
     if action not in ("create", "list", "cancel"):
-        raise ArgumentError(UNKNOWN_ACTION_ERROR)
+        raise ToolInputError(UNKNOWN_ACTION_ERROR)
     if action == "list":
         _check_schema(arguments)
         return ListRequest()
     if action == "cancel":
         question_id = arguments.get("questionId")
         if not isinstance(question_id, str) or not question_id.strip():
-            raise ArgumentError(CANCEL_NOT_ALLOWED_ERROR)
+            raise ToolInputError(CANCEL_NOT_ALLOWED_ERROR)
         _check_schema(arguments)
         return CancelRequest(question_id.strip())
 
@@ -123,22 +114,22 @@ def parse_request(arguments: Any) -> CreateRequest | ListRequest | CancelRequest
         try:
             target = parse_target(arguments["target"])
         except ValueError as exc:
-            raise ArgumentError(f"Error: {exc}") from None
+            raise ToolInputError(f"Error: {exc}") from None
     timeout = None
     if "timeoutMinutes" in arguments:
         timeout = arguments["timeoutMinutes"]
         if target is None or not _is_whole_number(timeout) or not 1 <= timeout <= MAX_TIMEOUT_MINUTES:
-            raise ArgumentError(f"Error: {TIMEOUT_ERROR}")
+            raise ToolInputError(f"Error: {TIMEOUT_ERROR}")
         timeout = int(timeout)
     questions, fields = arguments.get("questions"), arguments.get("fields")
     has_questions = isinstance(questions, list) and len(questions) > 0
     has_fields = isinstance(fields, list) and len(fields) > 0
     if not has_questions and not has_fields and not _odd_value(questions) and not _odd_value(fields):
-        raise ArgumentError(EMPTY_ERROR)
+        raise ToolInputError(EMPTY_ERROR)
     if has_questions and has_fields:
-        raise ArgumentError("arguments: give either questions or fields, not both")
+        raise ToolInputError("arguments: give either questions or fields, not both")
     if "questionId" in arguments:
-        raise ArgumentError("arguments.questionId: only action=cancel takes a questionId")
+        raise ToolInputError("arguments.questionId: only action=cancel takes a questionId")
     _check_schema(arguments)
 
     if has_fields:
@@ -215,14 +206,11 @@ def _check_schema(arguments: dict[str, Any]) -> None:
     if not errors:
         if _VALIDATOR.is_valid(arguments):
             return
-        raise ArgumentError(
+        raise ToolInputError(
             "arguments: expected action create with questions or fields, list, or cancel with questionId"
         )
     error = sorted(errors, key=lambda e: (list(e.absolute_path), e.message))[0]
-    path = "arguments"
-    for part in error.absolute_path:
-        path += f"[{part}]" if isinstance(part, int) else f".{part}"
-    raise ArgumentError(f"{path}: {error.message}")
+    raise ToolInputError(describe_schema_error(error))
 
 
 def _check_form(form_fields: list[dict[str, Any]], source: str) -> None:
@@ -230,13 +218,13 @@ def _check_form(form_fields: list[dict[str, Any]], source: str) -> None:
     seen: dict[str, int] = {}
     for index, field in enumerate(form_fields):
         if field["name"] in seen:
-            raise ArgumentError(
+            raise ToolInputError(
                 f"arguments.{source}[{index}]: field name {field['name']!r} is already used by "
                 f"{source}[{seen[field['name']]}]; names must be unique"
             )
         seen[field["name"]] = index
         if field["type"] in OPTION_TYPES and not field.get("options"):
-            raise ArgumentError(
+            raise ToolInputError(
                 f"arguments.{source}[{index}].options: a {field['type']} field needs at least one option"
             )
 
