@@ -51,6 +51,8 @@ TEXT_PLACEHOLDER = "请输入回答"
 
 @dataclass(frozen=True)
 class Target:
+    """A valid ``target`` (``parse_target``); the request carries it as its target_* fields."""
+
     type: str  # user | group
     id: str
     respondent_user_ids: tuple[str, ...]
@@ -65,9 +67,9 @@ class CreateRequest(AskRequest):
     timeout_minutes: int | None = None  # targeted only
 
 
-def create_request(title: str, description: str, fields: list[dict[str, Any]],
-                   questions: list[dict[str, Any]] | None, target: Target | None,
-                   timeout_minutes: int | None) -> CreateRequest:
+def _create_request(title: str, description: str, fields: list[dict[str, Any]],
+                    questions: list[dict[str, Any]] | None, target: Target | None,
+                    timeout_minutes: int | None) -> CreateRequest:
     return CreateRequest(
         title=title,
         description=description,
@@ -146,7 +148,7 @@ def parse_request(arguments: Any) -> CreateRequest | ListRequest | CancelRequest
     _check_form(form_fields, "fields" if has_fields else "questions")
     if target is not None and timeout is None:
         timeout = DEFAULT_TIMEOUT_MINUTES
-    return create_request(title, description, form_fields, dsl, target, timeout)
+    return _create_request(title, description, form_fields, dsl, target, timeout)
 
 
 def parse_target(raw: Any) -> Target:
