@@ -18,8 +18,8 @@ from typing import Any, Callable
 import requests
 from django.core.cache import cache
 
-from askcards import jsonlimits, surfaces
-
+from askcards import jsonlimits
+from askcards.surfaces.http import http_session
 from askcards.tools.dingtalk_ask_user_question import as_text
 
 logger = logging.getLogger(__name__)
@@ -140,7 +140,7 @@ class DingTalkClient:
         self.backoff = backoff
         self.max_backoff = max_backoff
         self._sleep = sleep
-        self._http = session or surfaces.http_session(self.base_url)
+        self._http = session or http_session(self.base_url)
 
     def __repr__(self) -> str:  # never the secret
         return f"DingTalkClient(client_id={self.client_id!r}, base_url={self.base_url!r})"

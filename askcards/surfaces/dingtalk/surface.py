@@ -8,7 +8,7 @@ of the ask (an ending, a targeted respondent's progress, ``dispatch_failed``) bu
 (reference §4), diffs them against ``pushed`` and PUTs only the changed keys:
 
 - one PUT in flight per card: a worker claims the message by moving ``next_sync_at`` ahead;
-- at most 5 PUTs per second per card (``surfaces.CARD_PUSH_INTERVAL``), well inside DingTalk's 20 QPS per app;
+- at most 5 PUTs per second per card (``surfaces.sync.CARD_PUSH_INTERVAL``), well inside DingTalk's 20 QPS per app;
 - a change during a PUT leaves ``version`` ahead, so one more PUT follows;
 - throttles, 5xx and timeouts back off and retry; a permanent error gives up on that state.
 
@@ -24,9 +24,10 @@ from typing import Any
 from django.db.models import F
 from django.utils import timezone
 
-from askcards import surfaces
 from askcards.models import Ask, Bot, CardMessage, Respondent, Session, new_out_track_id
-from askcards.surfaces import DeliveryFailed
+from askcards.surfaces import sync
+from askcards.surfaces.base import DeliveryFailed, Surface
+from askcards.surfaces.http import thread_client
 from askcards.tools import dingtalk_ask_user_question as dt
 
 from .client import CallbackRegistration, DeliveryError, DingTalkClient, DingTalkError
@@ -51,7 +52,7 @@ def client_for(bot: Bot, *, max_attempts: int = 1) -> DingTalkClient:
     """This thread's client of the bot (its HTTP connection to DingTalk is reused).
 
     One attempt per PUT by default: the sync lane retries through next_sync_at instead of sleeping."""
-    return surfaces.thread_client(
+    return thread_client(
         bot, lambda: DingTalkClient(bot.app_id, bot.app_secret, bot.base_url, max_attempts=max_attempts), max_attempts
     )
 
@@ -131,7 +132,7 @@ def space_of(ask: Ask) -> tuple[str, str, bool]:
 # ------------------------------------------------------------------------------- the surface
 
 
-class DingTalkSurface:
+class DingTalkSurface(Surface):
     name = NAME
 
     def reachable(self, session: Session, tool: str) -> bool:
@@ -185,7 +186,7 @@ class DingTalkSurface:
             )
 
     def sync_due(self, now) -> int:
-        due = surfaces.due_card_messages(now, platform=Bot.Platform.DINGTALK, limit=BATCH, ask__isnull=False)
+        due = sync.due_card_messages(now, platform=Bot.Platform.DINGTALK, limit=BATCH, ask__isnull=False)
         return sum(sync_message(pk, now=now) for pk in due)
 
 
@@ -196,7 +197,7 @@ def touch(ask: Ask) -> None:
 def sync_message(pk: int, *, now=None) -> bool:
     """PUT one card's changed variables if it is due and no other worker holds it; True if claimed."""
     now = now or timezone.now()
-    if not surfaces.claim_card_message(pk, now):
+    if not sync.claim_card_message(pk, now):
         return False
     message = CardMessage.objects.select_related("bot", "ask__session").get(pk=pk)
     version = message.version  # read before computing: what is sent is at least this new
@@ -213,7 +214,7 @@ def sync_message(pk: int, *, now=None) -> bool:
         except DingTalkError as exc:
             _failed(message, exc, version, started)
             return True
-    surfaces.card_pushed(pk, version=version, started=started, pushed={**message.pushed, **changed})
+    sync.card_pushed(pk, version=version, started=started, pushed={**message.pushed, **changed})
     if changed:
         logger.info("dingtalk card %s updated (%s)", message.message_id, ", ".join(sorted(changed)))
     return True
@@ -221,7 +222,7 @@ def sync_message(pk: int, *, now=None) -> bool:
 
 def _failed(message: CardMessage, exc: DingTalkError, version: int, started) -> None:
     qps_limited = exc.code.startswith("Forbidden.AccessDenied.Q")
-    surfaces.card_push_failed(
+    sync.card_push_failed(
         message, str(exc), version=version, started=started, gave_up=exc.permanent,
         retry_after=QPS_DELAY if qps_limited else 0, backoff=not qps_limited,
     )

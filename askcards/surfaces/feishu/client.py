@@ -20,7 +20,8 @@ from urllib.parse import quote
 import requests
 from django.core.cache import cache
 
-from askcards import jsonlimits, surfaces
+from askcards import jsonlimits
+from askcards.surfaces.http import http_session
 
 from .cards import dumps_card
 
@@ -108,7 +109,7 @@ class FeishuClient:
         self.max_backoff = max_backoff
         self._sleep = sleep
         self._clock = clock
-        self._session = session or surfaces.http_session(self.base_url)
+        self._session = session or http_session(self.base_url)
         digest = hashlib.sha256(f"{self.base_url}|{app_id}".encode()).hexdigest()[:32]
         self._token_key = f"askcards:feishu:tenant_token:{digest}"
 
