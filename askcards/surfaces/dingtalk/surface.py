@@ -221,14 +221,12 @@ def sync_message(pk: int, *, now=None) -> bool:
 
 
 def _failed(message: CardMessage, exc: DingTalkError, version: int, started) -> None:
+    # A QPS throttle says when to try again (its one-second window), exactly: no backoff on top.
     qps_limited = exc.code.startswith("Forbidden.AccessDenied.Q")
     sync.card_push_failed(
         message, str(exc), version=version, started=started, gave_up=exc.permanent,
-        retry_after=QPS_DELAY if qps_limited else 0, backoff=not qps_limited,
+        retry_after=exc.retry_after or 0, backoff=not qps_limited,
     )
-
-
-QPS_DELAY = 1  # DingTalk's QPS window is one second
 
 
 # ------------------------------------------------------------------------- callback responses
