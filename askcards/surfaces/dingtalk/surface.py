@@ -3,8 +3,10 @@
 An ask is one card: ``deliver`` creates it with ``createAndDeliver`` before the ask activates (a
 failure raises ``DeliveryFailed`` → ``delivery_failed``) and records it as a ``CardMessage``
 (``message_id`` = outTrackId, ``pushed`` = the variables DingTalk holds). After that, every change
-of the ask (an ending, a targeted respondent's progress, ``dispatch_failed``) bumps the message's
-``version``; the worker's card-sync lane computes the variables the card must show now
+of the ask bumps the message's ``version`` — activation and every ending in the transition's own
+transaction (``mark``), so a crash right after the commit still leaves the card to converge; a
+targeted respondent's progress after its commit (``show``); ``dispatch_failed`` when the outbox
+gives up. The worker's card-sync lane computes the variables the card must show now
 (reference §4), diffs them against ``pushed`` and PUTs only the changed keys:
 
 - one PUT in flight per card: a worker claims the message by moving ``next_sync_at`` ahead;
@@ -21,6 +23,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -169,14 +172,28 @@ class DingTalkSurface(Surface):
             raise DeliveryFailed(
                 dt.delivery_error(status=exc.status, code=exc.code, message=exc.detail or exc.message)
             ) from exc
-        CardMessage.objects.filter(pk=message.pk).update(pushed=variables, open_space_id=delivery.open_space_id)
+        with transaction.atomic():
+            CardMessage.objects.filter(pk=message.pk).update(pushed=variables, open_space_id=delivery.open_space_id)
+            # An ending that committed before this card's row existed (a new message right after
+            # the reservation) marked nothing: mark the card now. Locking the ask waits for an
+            # ending still in flight, whose mark then sees the row.
+            if not Ask.objects.select_for_update().filter(pk=ask.pk, status=Ask.Status.RESERVED).exists():
+                touch(ask)
         logger.info("dingtalk card %s delivered for ask %s (bot %s)", message.message_id, ask.id, bot.app_id)
 
-    def show(self, ask: Ask) -> None:
+    def mark(self, ask: Ask) -> None:
+        """In the transition's transaction (activation, every ending): the card needs one more PUT."""
         touch(ask)
 
+    def show(self, ask: Ask) -> None:
+        """After activation (marked already) and after a targeted respondent's response commits:
+        the lifecycle reports a response through this hook alone, so a collection's card is
+        marked here for its progress (k/N). An ordinary card has nothing new to show."""
+        if ask.target_type != Ask.Target.NONE:
+            touch(ask)
+
     def withdraw(self, ask: Ask) -> None:
-        touch(ask)
+        """Marked in the transition's transaction; the worker's card sync PUTs the ending."""
 
     def result_undeliverable(self, ask: Ask) -> None:
         """The ask's result never reached the agent: its card says to send an ordinary message."""
