@@ -62,6 +62,20 @@ def no_cached_bots():
     selectors.forget_active_bots()
 
 
+@pytest.fixture
+def flaky_cache(settings, monkeypatch):
+    """Django's cache on a backend that can go down like a Redis server (set ``.down``), up at
+    first, with a fresh record of token-cache outages so the log shows this test's alone."""
+    from askcards.surfaces import http
+    from tests.fakes.cache import FlakyCache
+
+    settings.CACHES = {"default": {"BACKEND": "tests.fakes.cache.FlakyCache", "LOCATION": "askcards-flaky-cache"}}
+    monkeypatch.setattr(http, "_outage", http._CacheOutage())
+    FlakyCache.down, FlakyCache.calls_refused = False, 0
+    yield FlakyCache
+    FlakyCache.down, FlakyCache.calls_refused = False, 0
+
+
 def person(username: str, password: str | None = None):
     """The Django user ``username`` (made on first use; ``password`` sets its password)."""
     user, _ = get_user_model().objects.get_or_create(username=username)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import threading
 
+from askcards.surfaces.base import DeliveryFailed, Surface
 
-class RecordingSurface:
+
+class RecordingSurface(Surface):
     name = "test"
     present: set[str] = set()  # session ids whose person can be reached
     fail_delivery: set[str] = set()  # session ids whose delivery fails
@@ -16,8 +18,6 @@ class RecordingSurface:
         return session.id in self.present
 
     def deliver(self, ask) -> None:
-        from askcards.surfaces import DeliveryFailed
-
         self._record("deliver", ask)
         if ask.session_id in self.fail_delivery:
             raise DeliveryFailed("test surface refused the card")

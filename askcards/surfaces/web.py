@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.utils import timezone
 
 from askcards import events
 from askcards.models import Ask, PanelPresence, Session
+
+from .base import Surface
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +73,7 @@ def panel_snapshot(username: str, known: list[str]) -> list[dict]:
     return pending + [cancelled_message(ask) for ask in ended]
 
 
-class WebSurface:
+class WebSurface(Surface):
     name = "web"
 
     def reachable(self, session: Session, tool: str) -> bool:
@@ -87,7 +89,7 @@ class WebSurface:
         # Everything the panel says is in the message, so sockets need no re-read to say it.
         self._push(ask, {"type": "panel.withdraw", "message": cancelled_message(ask)})
 
-    def sync_due(self, now) -> int:
+    def sync_due(self, now: datetime) -> int:
         presence_purge_stale()
         return 0
 

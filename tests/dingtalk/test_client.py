@@ -62,21 +62,44 @@ def test_token_with_more_than_60_seconds_left_is_reused(sleeps):
         assert client.access_token() == client.access_token()
 
 
-def test_a_broken_cache_costs_a_token_request_not_the_call(client, fake, monkeypatch):
-    from askcards.surfaces.dingtalk import client as client_module
+def test_a_token_cache_outage_costs_a_token_request_not_the_call(client, fake, flaky_cache):
+    flaky_cache.down = True
 
-    class BrokenCache:
-        def __getattr__(self, name):
-            def fail(*args):
-                raise ConnectionError("cache is down")
-            return fail
-
-    monkeypatch.setattr(client_module, "cache", BrokenCache())
     deliver(client, "ask_1")
     client.update_card("ask_1", {"card_status": "expired"})
 
+    assert flaky_cache.calls_refused > 0
     assert len(fake.requests_to(TOKEN_PATH)) == 2
     assert fake.card_params("ask_1")["card_status"] == "expired"
+
+
+def test_a_token_cache_outage_is_logged_once_and_never_with_the_token(client, fake, flaky_cache, caplog):
+    caplog.set_level(logging.DEBUG)
+    flaky_cache.down = True
+
+    deliver(client, "ask_1")
+    client.update_card("ask_1", {"card_status": "submitted"})
+    client.update_card("ask_1", {"card_status": "expired"})
+
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and fake.client_id in warnings[0] and "ConnectionError" in warnings[0]
+    for token in fake.tokens:
+        assert token not in caplog.text
+
+
+def test_tokens_are_cached_again_once_the_cache_is_back(client, fake, flaky_cache, caplog):
+    flaky_cache.down = True
+    deliver(client, "ask_1")
+    flaky_cache.down = False
+
+    client.update_card("ask_1", {"card_status": "submitted"})
+    client.update_card("ask_1", {"card_status": "expired"})
+    flaky_cache.down = True
+    client.update_card("ask_1", {"card_status": "cancelled"})
+
+    assert len(fake.requests_to(TOKEN_PATH)) == 3  # outage, the cache's first miss, the second outage
+    assert sum("token cache read failed" in r.getMessage() for r in caplog.records) == 2  # once per outage
+    assert fake.card_params("ask_1")["card_status"] == "cancelled"
 
 
 def test_token_cached_for_one_app_is_not_used_for_another(client, fake):
@@ -108,6 +131,16 @@ def test_revoked_token_is_replaced_once_and_the_call_succeeds(client, fake):
     assert client.update_card("ask_1", {"card_status": "expired"}) is True
     assert len(fake.requests_to(TOKEN_PATH)) == 2
     assert fake.card_params("ask_1")["card_status"] == "expired"
+
+
+def test_revoked_token_is_replaced_even_with_a_single_attempt(fake, sleeps):
+    # The card-sync lane's clients try once: a refused token is not a failed attempt.
+    client = DingTalkClient(fake.client_id, fake.client_secret, base_url=fake.base_url, max_attempts=1, sleep=sleeps)
+    deliver(client, "ask_1")
+    fake.revoke_tokens()
+
+    assert client.update_card("ask_1", {"card_status": "expired"}) is True
+    assert fake.card_params("ask_1")["card_status"] == "expired" and sleeps == []
 
 
 # -- createAndDeliver ------------------------------------------------------------------------

@@ -81,6 +81,22 @@ def test_message_during_delivery_fails_the_tool_call(agent, session, fake):
     assert card_desc(fake, details) == "你在问题卡片发出后发送了新消息，此卡已失效。请重新发起需要填写的问题。"
 
 
+def test_message_before_the_card_row_exists_still_ends_the_card(agent, session, fake, monkeypatch):
+    from askcards.surfaces.dingtalk import surface
+
+    make_id = surface.new_out_track_id
+
+    def message_first():
+        # The new message commits after the reservation and before the card's row is written.
+        services.session_message(session=session, sender_id="staff_a")
+        return make_id()
+
+    monkeypatch.setattr(surface, "new_out_track_id", message_first)
+    outcome, details = create(agent, session, {"questions": QUESTIONS})
+    assert details["status"] == "failed"
+    assert card_desc(fake, details) == "你在问题卡片发出后发送了新消息，此卡已失效。请重新发起需要填写的问题。"
+
+
 def test_callback_and_new_message_racing_end_the_card_once(agent, session, bot):
     for _ in range(4):
         outcome, _ = create(agent, session, {"questions": QUESTIONS})

@@ -8,7 +8,7 @@ import time
 import pytest
 from django.core.cache import cache
 
-from askcards.surfaces.feishu import client as client_module
+from askcards.surfaces import http
 from askcards.surfaces.feishu.cards import render_progress_card
 from askcards.surfaces.feishu.client import FEISHU_BASE_URL, FeishuClient, FeishuError
 from tests.fakes.feishu import MESSAGES_PATH, FakeFeishu
@@ -46,7 +46,7 @@ def test_token_is_cached_until_twenty_minutes_before_expiry(fake_feishu, client,
             timeouts.append(timeout)
             cache.set(key, value, timeout=timeout)
 
-    monkeypatch.setattr(client_module, "cache", RecordingCache())
+    monkeypatch.setattr(http, "cache", RecordingCache())
     client.tenant_token()
     client.tenant_token()
     assert timeouts == [7200 - 20 * 60]
@@ -93,6 +93,48 @@ def test_wrong_app_secret_fails_at_once_without_leaking_it(fake_feishu):
     assert excinfo.value.code == 10015 and not excinfo.value.retryable
     assert "not-the-secret" not in str(excinfo.value) and "not-the-secret" not in repr(client)
     assert len(fake_feishu.requests) == 1
+
+
+def test_a_token_cache_outage_costs_a_token_request_not_the_call(fake_feishu, client, flaky_cache):
+    flaky_cache.down = True
+
+    message = _sent(client)
+    client.patch_card(message.message_id, DONE)
+
+    assert flaky_cache.calls_refused > 0
+    assert len(fake_feishu.token_requests) == 2
+    assert fake_feishu.messages[message.message_id].card == DONE
+
+
+def test_a_token_cache_outage_is_logged_once_and_never_with_the_token(fake_feishu, client, flaky_cache, caplog):
+    caplog.set_level(logging.DEBUG)
+    flaky_cache.down = True
+
+    message = _sent(client)
+    client.patch_card(message.message_id, DONE)
+    client.patch_card(message.message_id, CARD)
+
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and fake_feishu.app_id in warnings[0] and "ConnectionError" in warnings[0]
+    tokens = {r.headers["authorization"].split()[1] for r in fake_feishu.calls(path=MESSAGES_PATH)}
+    assert len(tokens) == 3
+    for token in tokens:
+        assert token not in caplog.text
+
+
+def test_tokens_are_cached_again_once_the_cache_is_back(fake_feishu, client, flaky_cache, caplog):
+    flaky_cache.down = True
+    message = _sent(client)
+    flaky_cache.down = False
+
+    client.patch_card(message.message_id, DONE)
+    client.patch_card(message.message_id, CARD)
+    flaky_cache.down = True
+    client.patch_card(message.message_id, DONE)
+
+    assert len(fake_feishu.token_requests) == 3  # outage, the cache's first miss, the second outage
+    assert sum("token cache read failed" in r.getMessage() for r in caplog.records) == 2  # once per outage
+    assert fake_feishu.messages[message.message_id].card == DONE
 
 
 def test_tokens_are_kept_apart_per_base_url(fake_feishu, client):

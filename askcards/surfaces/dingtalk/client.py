@@ -2,9 +2,9 @@
 
 Four calls: the app access token, ``createAndDeliver``, the card instance PUT and the HTTP callback
 registration. Throttling (403 ``Forbidden.AccessDenied.Qps*``, 429), 5xx answers, timeouts and
-connection errors are retried a bounded number of times; anything else raises ``DingTalkError`` with
-DingTalk's code and message. Logs name the call, the HTTP status and DingTalk's code, never a
-secret, a token, card data or an answer.
+connection errors are retried a bounded number of times (``surfaces.http.call_with_retries``);
+anything else raises ``DingTalkError`` with DingTalk's code and message. Logs name the call, the
+HTTP status and DingTalk's code, never a secret, a token, card data or an answer.
 """
 from __future__ import annotations
 
@@ -12,14 +12,13 @@ import hashlib
 import hmac
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import requests
-from django.core.cache import cache
 
-from askcards import jsonlimits, surfaces
-
+from askcards import jsonlimits
+from askcards.surfaces.http import PlatformError, RetryPolicy, TokenCache, call_with_retries, http_session
 from askcards.tools.dingtalk_ask_user_question import as_text
 
 logger = logging.getLogger(__name__)
@@ -50,18 +49,17 @@ MAX_OPEN_SPACE_ID = 1000
 DELIVERY_FAILED_TEXT = "DingTalk question card delivery failed"
 
 
-class DingTalkError(Exception):
-    """A DingTalk call failed. ``permanent`` is False when trying again later may succeed."""
+class DingTalkError(PlatformError):
+    """A DingTalk call failed, with the HTTP status, DingTalk's code and request id when it answered."""
 
     def __init__(self, message: str, *, status: int | None = None, code: str = "", request_id: str = "",
-                 permanent: bool = True, detail: str = ""):
-        super().__init__(message)
-        self.message = message
+                 permanent: bool = True, retry_after: float | None = None, token_rejected: bool = False,
+                 detail: str = ""):
+        super().__init__(message, permanent=permanent, retry_after=retry_after, token_rejected=token_rejected)
         self.detail = detail  # DingTalk's own error message, when it sent one
         self.status = status
         self.code = code
         self.request_id = request_id
-        self.permanent = permanent
 
 
 class DeliveryError(DingTalkError):
@@ -130,20 +128,25 @@ class DingTalkClient:
         sleep: Callable[[float], None] = time.sleep,
         session: requests.Session | None = None,
     ):
-        if max_attempts < 1:
-            raise ValueError("max_attempts must be at least 1")
         self.client_id = client_id
         self._client_secret = client_secret
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
-        self.max_attempts = max_attempts
-        self.backoff = backoff
-        self.max_backoff = max_backoff
-        self._sleep = sleep
-        self._http = session or surfaces.http_session(self.base_url)
+        self.retry = RetryPolicy(max_attempts=max_attempts, backoff=backoff, max_backoff=max_backoff, sleep=sleep)
+        self._http = session or http_session(self.base_url)
+        digest = hashlib.sha256(f"{self.base_url}\n{self.client_id}".encode()).hexdigest()[:32]
+        self._token = TokenCache(f"askcards:dingtalk:token:{digest}", f"DingTalk app {client_id}")
 
     def __repr__(self) -> str:  # never the secret
         return f"DingTalkClient(client_id={self.client_id!r}, base_url={self.base_url!r})"
+
+    @property
+    def max_attempts(self) -> int:
+        return self.retry.max_attempts
+
+    @max_attempts.setter
+    def max_attempts(self, value: int) -> None:
+        self.retry = replace(self.retry, max_attempts=value)
 
     @property
     def default_route_key(self) -> str:
@@ -152,13 +155,10 @@ class DingTalkClient:
 
     # -- token -----------------------------------------------------------------------------
 
-    def _token_cache_key(self) -> str:
-        digest = hashlib.sha256(f"{self.base_url}\n{self.client_id}".encode()).hexdigest()[:32]
-        return f"askcards:dingtalk:token:{digest}"
-
     def access_token(self) -> str:
-        """The app access token, from the cache until 60 s before it expires."""
-        token = self._cache("get", self._token_cache_key())
+        """The app access token, from the cache until 60 s before it expires (fetched each time
+        while the cache is down)."""
+        token = self._token.get()
         if token:
             return token
         body = self._call("POST", TOKEN_PATH, {"appKey": self.client_id, "appSecret": self._client_secret}, auth=False)
@@ -168,19 +168,11 @@ class DingTalkClient:
             raise DingTalkError("DingTalk access token response lacks accessToken/expireIn", code="invalidResponse")
         ttl = expire_in - TOKEN_REFRESH_MARGIN
         if ttl > 0:
-            self._cache("set", self._token_cache_key(), token, ttl)
+            self._token.set(token, ttl)
         return token
 
     def forget_token(self) -> None:
-        self._cache("delete", self._token_cache_key())
-
-    def _cache(self, operation: str, *args: Any) -> Any:
-        # A cache outage (Redis down) costs a token request per call, not the call itself.
-        try:
-            return getattr(cache, operation)(*args)
-        except Exception:
-            logger.warning("DingTalk token cache %s failed for app %s", operation, self.client_id, exc_info=True)
-            return None
+        self._token.delete()
 
     # -- cards -----------------------------------------------------------------------------
 
@@ -277,48 +269,32 @@ class DingTalkClient:
         """One API call with bounded retries. Returns the decoded JSON body, or None when
         ``created_code`` came back after an attempt whose outcome is unknown (timeout, 5xx)."""
         outcome_unknown = False
-        token_refreshed = False
-        for attempt in range(1, self.max_attempts + 1):
+
+        def send(token: str | None) -> Any:
+            nonlocal outcome_unknown
             headers = {"Content-Type": "application/json", "Accept": "application/json"}
-            if auth:
-                headers[TOKEN_HEADER] = self.access_token()
+            if token is not None:
+                headers[TOKEN_HEADER] = token
             try:
                 response = self._http.request(method, self.base_url + path, json=body, headers=headers,
                                               timeout=self.timeout)
             except (requests.Timeout, requests.ConnectionError) as exc:
                 outcome_unknown = True
-                error = DingTalkError(f"DingTalk {path} did not answer: {type(exc).__name__}", permanent=False)
+                raise DingTalkError(f"DingTalk {path} did not answer: {type(exc).__name__}", permanent=False) from None
             except requests.RequestException as exc:
                 raise DingTalkError(f"DingTalk {path} request failed: {type(exc).__name__}") from exc
-            else:
-                if 200 <= response.status_code < 300:
-                    return _decode_success(response, path)
-                error = _error_from(response, path)
-                if auth and not token_refreshed and (response.status_code == 401 or error.code in TOKEN_ERROR_CODES):
-                    # The cached token was revoked or replaced: fetch a new one once.
-                    token_refreshed = True
-                    self.forget_token()
-                    error.permanent = False
-                if created_code and outcome_unknown and error.code == created_code:
-                    return None
-                if response.status_code >= 500:
-                    outcome_unknown = True
-            if error.permanent or attempt == self.max_attempts:
-                raise error
-            delay = self._delay(error, attempt)
-            logger.warning(
-                "DingTalk %s %s failed (attempt %d of %d): HTTP %s %s; retrying in %.1fs",
-                method, path, attempt, self.max_attempts, error.status, error.code or "-", delay,
-            )
-            self._sleep(delay)
-        raise AssertionError("unreachable")  # pragma: no cover
+            if 200 <= response.status_code < 300:
+                return _decode_success(response, path)
+            error = _error_from(response, path)
+            if created_code and outcome_unknown and error.code == created_code:
+                return None
+            if response.status_code >= 500:
+                outcome_unknown = True
+            raise error
 
-    def _delay(self, error: DingTalkError, attempt: int) -> float:
-        if error.code in QPS_LIMIT_CODES:
-            return QPS_RETRY_SECONDS
-        if error.status in (401,) or error.code in TOKEN_ERROR_CODES:
-            return 0.0
-        return min(self.max_backoff, self.backoff * 2 ** (attempt - 1))
+        if not auth:
+            return call_with_retries(send, self.retry)
+        return call_with_retries(send, self.retry, token=self.access_token, forget_token=self.forget_token)
 
 
 def _decode_success(response: requests.Response, path: str) -> Any:
@@ -361,8 +337,11 @@ def _error_from(response: requests.Response, path: str) -> DingTalkError:
         text += f": {message[:300]}"
     if request_id:
         text += f" (requestid {request_id})"
-    return DingTalkError(text, status=status, code=code, request_id=request_id, permanent=not retryable,
-                         detail=message[:300])
+    return DingTalkError(
+        text, status=status, code=code, request_id=request_id, permanent=not retryable,
+        retry_after=QPS_RETRY_SECONDS if code in QPS_LIMIT_CODES else None,
+        token_rejected=status == 401 or code in TOKEN_ERROR_CODES, detail=message[:300],
+    )
 
 
 def _describe_failed_deliveries(out_track_id: str, failed: list[Any]) -> str:

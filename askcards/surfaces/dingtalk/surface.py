@@ -3,12 +3,14 @@
 An ask is one card: ``deliver`` creates it with ``createAndDeliver`` before the ask activates (a
 failure raises ``DeliveryFailed`` → ``delivery_failed``) and records it as a ``CardMessage``
 (``message_id`` = outTrackId, ``pushed`` = the variables DingTalk holds). After that, every change
-of the ask (an ending, a targeted respondent's progress, ``dispatch_failed``) bumps the message's
-``version``; the worker's card-sync lane computes the variables the card must show now
+of the ask bumps the message's ``version`` — activation and every ending in the transition's own
+transaction (``mark``), so a crash right after the commit still leaves the card to converge; a
+targeted respondent's progress after its commit (``show``); ``dispatch_failed`` when the outbox
+gives up. The worker's card-sync lane computes the variables the card must show now
 (reference §4), diffs them against ``pushed`` and PUTs only the changed keys:
 
 - one PUT in flight per card: a worker claims the message by moving ``next_sync_at`` ahead;
-- at most 5 PUTs per second per card (``surfaces.CARD_PUSH_INTERVAL``), well inside DingTalk's 20 QPS per app;
+- at most 5 PUTs per second per card (``surfaces.sync.CARD_PUSH_INTERVAL``), well inside DingTalk's 20 QPS per app;
 - a change during a PUT leaves ``version`` ahead, so one more PUT follows;
 - throttles, 5xx and timeouts back off and retry; a permanent error gives up on that state.
 
@@ -21,12 +23,14 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from askcards import surfaces
 from askcards.models import Ask, Bot, CardMessage, Respondent, Session, new_out_track_id
-from askcards.surfaces import DeliveryFailed
+from askcards.surfaces import sync
+from askcards.surfaces.base import DeliveryFailed, Surface
+from askcards.surfaces.http import thread_client
 from askcards.tools import dingtalk_ask_user_question as dt
 
 from . import cards
@@ -52,7 +56,7 @@ def client_for(bot: Bot, *, max_attempts: int = 1) -> DingTalkClient:
     """This thread's client of the bot (its HTTP connection to DingTalk is reused).
 
     One attempt per PUT by default: the sync lane retries through next_sync_at instead of sleeping."""
-    return surfaces.thread_client(
+    return thread_client(
         bot, lambda: DingTalkClient(bot.app_id, bot.app_secret, bot.base_url, max_attempts=max_attempts), max_attempts
     )
 
@@ -132,7 +136,7 @@ def space_of(ask: Ask) -> tuple[str, str, bool]:
 # ------------------------------------------------------------------------------- the surface
 
 
-class DingTalkSurface:
+class DingTalkSurface(Surface):
     name = NAME
 
     def reachable(self, session: Session, tool: str) -> bool:
@@ -169,14 +173,28 @@ class DingTalkSurface:
             raise DeliveryFailed(
                 dt.delivery_error(status=exc.status, code=exc.code, message=exc.detail or exc.message)
             ) from exc
-        CardMessage.objects.filter(pk=message.pk).update(pushed=variables, open_space_id=delivery.open_space_id)
+        with transaction.atomic():
+            CardMessage.objects.filter(pk=message.pk).update(pushed=variables, open_space_id=delivery.open_space_id)
+            # An ending that committed before this card's row existed (a new message right after
+            # the reservation) marked nothing: mark the card now. Locking the ask waits for an
+            # ending still in flight, whose mark then sees the row.
+            if not Ask.objects.select_for_update().filter(pk=ask.pk, status=Ask.Status.RESERVED).exists():
+                touch(ask)
         logger.info("dingtalk card %s delivered for ask %s (bot %s)", message.message_id, ask.id, bot.app_id)
 
-    def show(self, ask: Ask) -> None:
+    def mark(self, ask: Ask) -> None:
+        """In the transition's transaction (activation, every ending): the card needs one more PUT."""
         touch(ask)
 
+    def show(self, ask: Ask) -> None:
+        """After activation (marked already) and after a targeted respondent's response commits:
+        the lifecycle reports a response through this hook alone, so a collection's card is
+        marked here for its progress (k/N). An ordinary card has nothing new to show."""
+        if ask.target_type != Ask.Target.NONE:
+            touch(ask)
+
     def withdraw(self, ask: Ask) -> None:
-        touch(ask)
+        """Marked in the transition's transaction; the worker's card sync PUTs the ending."""
 
     def result_undeliverable(self, ask: Ask) -> None:
         """The ask's result never reached the agent: its card says to send an ordinary message."""
@@ -186,7 +204,7 @@ class DingTalkSurface:
             )
 
     def sync_due(self, now) -> int:
-        due = surfaces.due_card_messages(now, platform=Bot.Platform.DINGTALK, limit=BATCH, ask__isnull=False)
+        due = sync.due_card_messages(now, platform=Bot.Platform.DINGTALK, limit=BATCH, ask__isnull=False)
         return sum(sync_message(pk, now=now) for pk in due)
 
 
@@ -197,7 +215,7 @@ def touch(ask: Ask) -> None:
 def sync_message(pk: int, *, now=None) -> bool:
     """PUT one card's changed variables if it is due and no other worker holds it; True if claimed."""
     now = now or timezone.now()
-    if not surfaces.claim_card_message(pk, now):
+    if not sync.claim_card_message(pk, now):
         return False
     message = CardMessage.objects.select_related("bot", "ask__session").get(pk=pk)
     version = message.version  # read before computing: what is sent is at least this new
@@ -214,21 +232,19 @@ def sync_message(pk: int, *, now=None) -> bool:
         except DingTalkError as exc:
             _failed(message, exc, version, started)
             return True
-    surfaces.card_pushed(pk, version=version, started=started, pushed={**message.pushed, **changed})
+    sync.card_pushed(pk, version=version, started=started, pushed={**message.pushed, **changed})
     if changed:
         logger.info("dingtalk card %s updated (%s)", message.message_id, ", ".join(sorted(changed)))
     return True
 
 
 def _failed(message: CardMessage, exc: DingTalkError, version: int, started) -> None:
+    # A QPS throttle says when to try again (its one-second window), exactly: no backoff on top.
     qps_limited = exc.code.startswith("Forbidden.AccessDenied.Q")
-    surfaces.card_push_failed(
+    sync.card_push_failed(
         message, str(exc), version=version, started=started, gave_up=exc.permanent,
-        retry_after=QPS_DELAY if qps_limited else 0, backoff=not qps_limited,
+        retry_after=exc.retry_after or 0, backoff=not qps_limited,
     )
-
-
-QPS_DELAY = 1  # DingTalk's QPS window is one second
 
 
 # ------------------------------------------------------------------------- callback responses

@@ -2,9 +2,10 @@
 
 Three calls — send, reply, PATCH a card — plus the tenant token they need. Every response's
 ``code`` is checked; throttling (HTTP 429, codes 99991400 / 230020), 5xx, connection errors and
-timeouts are retried with bounded exponential backoff that honours ``x-ogw-ratelimit-reset``;
-an expired or missing token (99991663 / 99991661) is refreshed once. Nothing secret — app
-secret, tenant token, card or answer content — is ever logged or put into an error message.
+timeouts are retried with bounded exponential backoff that honours ``x-ogw-ratelimit-reset``
+(``surfaces.http.call_with_retries``); an expired or missing token (99991663 / 99991661) is
+refreshed once. Nothing secret — app secret, tenant token, card or answer content — is ever
+logged or put into an error message.
 """
 from __future__ import annotations
 
@@ -13,14 +14,14 @@ import json
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import quote
 
 import requests
-from django.core.cache import cache
 
-from askcards import jsonlimits, surfaces
+from askcards import jsonlimits
+from askcards.surfaces.http import PlatformError, RetryPolicy, TokenCache, call_with_retries, http_session
 
 from .cards import dumps_card
 
@@ -41,8 +42,8 @@ RECEIVE_ID_TYPES = frozenset({"open_id", "union_id", "user_id", "email", "chat_i
 UUID_MAX_LENGTH = 50
 
 
-class FeishuError(Exception):
-    """A Feishu call failed. ``retryable`` errors may succeed later (``retry_after`` seconds)."""
+class FeishuError(PlatformError):
+    """A Feishu call failed, with Feishu's ``code`` and ``msg`` and the HTTP status when it answered."""
 
     def __init__(
         self,
@@ -51,19 +52,18 @@ class FeishuError(Exception):
         code: int | None = None,
         msg: str = "",
         http_status: int | None = None,
-        retryable: bool = False,
+        permanent: bool = True,
         retry_after: float | None = None,
+        token_rejected: bool = False,
     ):
-        super().__init__(message)
+        super().__init__(message, permanent=permanent, retry_after=retry_after, token_rejected=token_rejected)
         self.code = code
         self.msg = msg
         self.http_status = http_status
-        self.retryable = retryable
-        self.retry_after = retry_after
 
     @property
-    def permanent(self) -> bool:
-        return not self.retryable
+    def retryable(self) -> bool:
+        return not self.permanent
 
 
 @dataclass(frozen=True)
@@ -102,24 +102,29 @@ class FeishuClient:
         self._app_secret = app_secret
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
-        self.max_attempts = max_attempts
-        self.max_retry_seconds = max_retry_seconds
-        self.backoff = backoff
-        self.max_backoff = max_backoff
-        self._sleep = sleep
-        self._clock = clock
-        self._session = session or surfaces.http_session(self.base_url)
+        self.retry = RetryPolicy(max_attempts=max_attempts, backoff=backoff, max_backoff=max_backoff,
+                                 max_retry_seconds=max_retry_seconds, sleep=sleep, clock=clock)
+        self._session = session or http_session(self.base_url)
         digest = hashlib.sha256(f"{self.base_url}|{app_id}".encode()).hexdigest()[:32]
-        self._token_key = f"askcards:feishu:tenant_token:{digest}"
+        self._token = TokenCache(f"askcards:feishu:tenant_token:{digest}", f"Feishu app {app_id}")
 
     def __repr__(self) -> str:  # never shows the secret
         return f"FeishuClient(app_id={self.app_id!r}, base_url={self.base_url!r})"
 
+    @property
+    def max_attempts(self) -> int:
+        return self.retry.max_attempts
+
+    @max_attempts.setter
+    def max_attempts(self, value: int) -> None:
+        self.retry = replace(self.retry, max_attempts=value)
+
     # --- tenant token -------------------------------------------------------------------------
 
     def tenant_token(self) -> str:
-        """The cached tenant access token, fetched when absent or within the safety margin of expiry."""
-        token = cache.get(self._token_key)
+        """The cached tenant access token, fetched when absent or within the safety margin of expiry
+        (or when the cache is down)."""
+        token = self._token.get()
         if token:
             return token
         body = self._call("POST", TOKEN_PATH, {"app_id": self.app_id, "app_secret": self._app_secret}, auth=False)
@@ -128,12 +133,12 @@ class FeishuClient:
             raise FeishuError(f"Feishu token response for app {self.app_id} has no token or expiry")
         expire = int(expire)
         if expire > TOKEN_SAFETY_MARGIN:
-            cache.set(self._token_key, token, timeout=expire - TOKEN_SAFETY_MARGIN)
+            self._token.set(token, expire - TOKEN_SAFETY_MARGIN)
         logger.info("feishu tenant token fetched for app %s (expires in %s s)", self.app_id, expire)
         return token
 
-    def drop_token(self) -> None:
-        cache.delete(self._token_key)
+    def forget_token(self) -> None:
+        self._token.delete()
 
     # --- messages -----------------------------------------------------------------------------
 
@@ -183,43 +188,26 @@ class FeishuClient:
 
     def _call(self, method: str, path: str, body: dict[str, Any], *, auth: bool = True) -> dict[str, Any]:
         """One API call with retries; returns the response body (code 0) or raises ``FeishuError``."""
-        started = self._clock()
-        attempt = 0
-        token_refreshed = False
         data = json.dumps(body, ensure_ascii=False).encode("utf-8")
-        while True:
-            attempt += 1
+
+        def send(token: str | None) -> dict[str, Any]:
             headers = {"Content-Type": "application/json; charset=utf-8"}
-            if auth:
-                headers["Authorization"] = f"Bearer {self.tenant_token()}"
-            reset = None
+            if token is not None:
+                headers["Authorization"] = f"Bearer {token}"
             try:
                 response = self._session.request(
                     method, self.base_url + path, data=data, headers=headers, timeout=self.timeout
                 )
             except (requests.ConnectionError, requests.Timeout) as exc:
-                error = FeishuError(f"Feishu {method} {_route(path)} failed: {type(exc).__name__}", retryable=True)
-            else:
-                parsed = _json_body(response)
-                code = parsed.get("code") if parsed is not None else None
-                if response.status_code < 400 and code == 0:
-                    return parsed
-                if auth and code in TOKEN_ERRORS and not token_refreshed:
-                    # The cached token expired early or was revoked: fetch a new one, retry once.
-                    logger.info("feishu token rejected (code %s) for app %s; refreshing", code, self.app_id)
-                    token_refreshed = True
-                    self.drop_token()
-                    continue
-                error = _response_error(method, path, response, parsed)
-                reset = _float_header(response.headers, "x-ogw-ratelimit-reset")
-            if not error.retryable:
-                raise error
-            wait = max(reset or 0.0, min(self.backoff * 2 ** (attempt - 1), self.max_backoff))
-            error.retry_after = wait
-            if attempt >= self.max_attempts or self._clock() - started + wait > self.max_retry_seconds:
-                raise error
-            logger.warning("%s; retry %d/%d in %.2f s", error, attempt, self.max_attempts - 1, wait)
-            self._sleep(wait)
+                raise FeishuError(f"Feishu {method} {_route(path)} failed: {type(exc).__name__}", permanent=False) from None
+            parsed = _json_body(response)
+            if response.status_code < 400 and parsed is not None and parsed.get("code") == 0:
+                return parsed
+            raise _response_error(method, path, response, parsed)
+
+        if not auth:
+            return call_with_retries(send, self.retry)
+        return call_with_retries(send, self.retry, token=self.tenant_token, forget_token=self.forget_token)
 
 
 def _route(path: str) -> str:
@@ -243,5 +231,7 @@ def _response_error(method: str, path: str, response: requests.Response, parsed:
     detail = f"code {code} ({msg})" if code is not None else "no JSON code"
     return FeishuError(
         f"Feishu {method} {_route(path)} failed: HTTP {status}, {detail}",
-        code=code, msg=msg, http_status=status, retryable=retryable,
+        code=code, msg=msg, http_status=status, permanent=not retryable,
+        retry_after=_float_header(response.headers, "x-ogw-ratelimit-reset") if retryable else None,
+        token_rejected=code in TOKEN_ERRORS,
     )

@@ -7,7 +7,7 @@ worker's card-sync lane then sends or PATCHes the card, rendered from the latest
 
 - one push in flight per message: a worker claims the message by moving ``next_sync_at`` ahead;
 - at most 5 pushes per second per message: after a push ``next_sync_at`` is 200 ms later
-  (``surfaces.CARD_PUSH_INTERVAL``; the claim, pacing and backoff are shared with DingTalk);
+  (``surfaces.sync.CARD_PUSH_INTERVAL``; the claim, pacing and backoff are shared with DingTalk);
 - a change during a push leaves ``version`` ahead, so one more push follows — clicker and group
   converge on the same final card;
 - failures back off (honouring Feishu's ``x-ogw-ratelimit-reset``) and retry; a card that cannot
@@ -24,8 +24,10 @@ from django.db import connection
 from django.db.models import Prefetch, QuerySet
 from django.utils import timezone
 
-from askcards import surfaces
 from askcards.models import Ask, Bot, CardMessage, ProgressCard, Session
+from askcards.surfaces import sync
+from askcards.surfaces.base import Surface
+from askcards.surfaces.http import thread_client
 
 from .cards import PendingAsk, ProgressView, RenderedCard, render_progress_card
 from .client import FeishuClient, FeishuError
@@ -49,7 +51,7 @@ def client_for(bot: Bot) -> FeishuClient:
     """This thread's client of the bot (its HTTP connection to Feishu is reused).
 
     One attempt per push: the sync lane retries through next_sync_at instead of sleeping."""
-    return surfaces.thread_client(bot, lambda: FeishuClient(bot.app_id, bot.app_secret, bot.base_url, max_attempts=1))
+    return thread_client(bot, lambda: FeishuClient(bot.app_id, bot.app_secret, bot.base_url, max_attempts=1))
 
 
 def latest_card(session: Session) -> ProgressCard | None:
@@ -100,7 +102,7 @@ def render(card: ProgressCard, pending: list[Ask] | None = None) -> RenderedCard
     return render_progress_card(view)
 
 
-class FeishuSurface:
+class FeishuSurface(Surface):
     name = NAME
 
     def reachable(self, session: Session, tool: str) -> bool:
@@ -128,7 +130,7 @@ class FeishuSurface:
         """Marked in the transition's transaction; the worker's card sync PATCHes it."""
 
     def sync_due(self, now) -> int:
-        due = surfaces.due_card_messages(now, platform=Bot.Platform.FEISHU, limit=BATCH, progress_card__isnull=False)
+        due = sync.due_card_messages(now, platform=Bot.Platform.FEISHU, limit=BATCH, progress_card__isnull=False)
         # The batch's rows and their sessions' pending asks in two queries, not one per card.
         # Read before each message's claim: if anything changed since, its version changed
         # too, and the card is pushed once more.
@@ -148,7 +150,7 @@ def sync_message(message: CardMessage, *, now=None) -> bool:
     now = now or timezone.now()
     # The claim also checks the message id read with the row: had another worker sent the card
     # meanwhile, this row is stale and the next pass reads it again.
-    if not surfaces.claim_card_message(message.pk, now, message_id=message.message_id):
+    if not sync.claim_card_message(message.pk, now, message_id=message.message_id):
         return False
     pk = message.pk
     version = message.version  # read before rendering: the render is at least this new
@@ -160,7 +162,7 @@ def sync_message(message: CardMessage, *, now=None) -> bool:
     except FeishuError as exc:
         _failed(message, card, exc, version, started)
         return True
-    surfaces.card_pushed(pk, version=version, started=started, message_id=message_id)
+    sync.card_pushed(pk, version=version, started=started, message_id=message_id)
     return True
 
 
@@ -185,7 +187,7 @@ def _failed(message: CardMessage, card: ProgressCard, exc: FeishuError, version:
     """Retry a transient failure later; give up on this state after a permanent one (a later
     change tries again). A first send that cannot succeed fails the asks waiting on the card."""
     gave_up = exc.permanent or (not message.message_id and message.sync_attempts + 1 >= SEND_ATTEMPTS)
-    surfaces.card_push_failed(
+    sync.card_push_failed(
         message, str(exc), version=version, started=started, gave_up=gave_up, retry_after=exc.retry_after or 0
     )
     if gave_up and not message.message_id:

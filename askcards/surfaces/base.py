@@ -1,0 +1,57 @@
+"""The seam every place that shows an ask plugs into (web panel, Feishu card, DingTalk card).
+
+A surface subclasses ``Surface`` and overrides the hooks it needs; every other hook is a no-op, so
+the lifecycle core calls each hook on every surface without asking whether it has one.
+Surfaces are listed in ``settings.ASKCARDS_SURFACES`` (dotted paths), in the order they are tried.
+"""
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from askcards.models import Ask, Session
+
+
+class DeliveryFailed(Exception):
+    """A surface could not put the ask in front of the person."""
+
+
+class Surface:
+    """One place an ask can be shown. ``name`` is stored in ``Ask.surfaces`` and in audit rows.
+
+    ``show``, ``withdraw`` and ``result_undeliverable`` run after a commit and must not raise: a
+    surface that fails logs and leaves retries to the worker's card sync (``sync_due``)."""
+
+    name: str
+
+    def reachable(self, session: Session, tool: str) -> bool:
+        """Can this surface show this tool's ask to this session's person now? Decides
+        ``no_surface``; must be correct across processes (read the database or Redis)."""
+        return False
+
+    def deliver(self, ask: Ask) -> None:
+        """After the ask is reserved and committed, outside any transaction and before activation:
+        for platforms that must create a message synchronously (DingTalk ``createAndDeliver``).
+        Raises ``DeliveryFailed`` to fail the ask with ``delivery_failed``."""
+
+    def mark(self, ask: Ask) -> None:
+        """Inside the transition's transaction (activation and every terminal transition): record
+        that a platform message must be re-rendered (bump ``CardMessage.version``), so the mark
+        commits with the change it is about — no re-render is lost to a crash between commit and
+        an after-commit hook, and no extra write transaction is needed."""
+
+    def show(self, ask: Ask) -> None:
+        """After the activation commits: push to panels, schedule a card render."""
+
+    def withdraw(self, ask: Ask) -> None:
+        """After a terminal transition commits: tell every place still showing the ask."""
+
+    def result_undeliverable(self, ask: Ask) -> None:
+        """The ask's result could never be delivered to its agent: say so where the ask is shown."""
+
+    def sync_due(self, now: datetime) -> int:
+        """A worker step: push what changed to platform messages whose desired version is ahead of
+        what was pushed (``CardMessage.version > synced_version``), retrying what failed. Returns
+        how much work it did."""
+        return 0

@@ -1,0 +1,199 @@
+"""What the platform clients (Feishu, DingTalk) share on the wire: the HTTP session and this
+thread's client of a bot, the one error type, the one retry loop, and the access-token cache.
+
+Failures of a platform call raise ``PlatformError`` (each platform's subclass adds its codes):
+``permanent`` says whether trying the same call again can succeed, ``retry_after`` how long to wait
+first. ``call_with_retries`` is the retry loop of every call.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import requests
+from django.core.cache import cache
+
+if TYPE_CHECKING:
+    from askcards.models import Bot
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+def http_session(base_url: str) -> requests.Session:
+    """The HTTP session a platform client talks to ``base_url`` with.
+
+    Proxies (``HTTPS_PROXY``/``NO_PROXY``) and a CA bundle (``REQUESTS_CA_BUNDLE``) are taken from
+    the environment once, here: requests would re-read the whole environment on every call, a tenth
+    of a card push's CPU in tests/bench."""
+    session = requests.Session()
+    session.proxies.update(requests.utils.get_environ_proxies(base_url))
+    bundle = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")
+    if bundle:
+        session.verify = bundle
+    session.trust_env = False
+    return session
+
+
+_thread_clients = threading.local()
+
+
+def thread_client(bot: Bot, make: Callable[[], T], *variant: Any) -> T:
+    """This thread's platform client of ``bot`` (``make()`` builds it), kept so its HTTP connection
+    is reused from one push to the next; a new one once the bot's id, URL or secret change.
+    Per thread, because a ``requests.Session`` is not shared across threads."""
+    key = (bot.platform, bot.pk, bot.app_id, bot.base_url, hashlib.sha256(bot.app_secret.encode()).hexdigest(), *variant)
+    clients = getattr(_thread_clients, "by_bot", None)
+    if clients is None:
+        clients = _thread_clients.by_bot = {}
+    client = clients.get(key)
+    if client is None:
+        client = clients[key] = make()
+    return client
+
+
+class PlatformError(Exception):
+    """A platform call failed. ``permanent``: the same call cannot succeed later (bad request,
+    refused credentials); otherwise ``retry_after`` is how many seconds to wait before trying
+    again, None when nobody said. ``token_rejected``: the platform refused the access token sent
+    (expired early, revoked), so a new one may succeed at once. Never holds a secret or a token."""
+
+    def __init__(self, message: str, *, permanent: bool, retry_after: float | None = None,
+                 token_rejected: bool = False):
+        super().__init__(message)
+        self.message = message
+        self.permanent = permanent
+        self.retry_after = retry_after
+        self.token_rejected = token_rejected
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How a client retries one call: at most ``max_attempts`` tries; after the n-th retryable
+    failure it waits ``backoff * 2 ** (n - 1)`` seconds, at most ``max_backoff``, or longer when
+    the platform said so (``retry_after``), and gives up early when that wait would end more than
+    ``max_retry_seconds`` after the first try (None: no such bound)."""
+
+    max_attempts: int = 4
+    backoff: float = 0.5
+    max_backoff: float = 4.0
+    max_retry_seconds: float | None = None
+    sleep: Callable[[float], Any] = time.sleep
+    clock: Callable[[], float] = time.monotonic
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ValueError("max_attempts must be at least 1")
+
+    def wait(self, error: PlatformError, attempt: int) -> float:
+        return max(error.retry_after or 0.0, min(self.backoff * 2.0 ** (attempt - 1), self.max_backoff))
+
+
+def call_with_retries(
+    send: Callable[[str | None], T],
+    policy: RetryPolicy,
+    *,
+    token: Callable[[], str] | None = None,
+    forget_token: Callable[[], None] | None = None,
+) -> T:
+    """One platform call: ``send(access_token)`` returns its result or raises ``PlatformError``.
+
+    ``token`` (for calls that need one) gives the access token before every try; a failure to get
+    it is raised as it is (the token request retried on its own). An error with ``token_rejected``
+    makes the client ``forget_token`` and try again at once, once per call and not counted as an
+    attempt. A permanent error is raised at once; a retryable one is retried as ``policy`` says,
+    then raised with ``retry_after`` set to the wait that would have come next."""
+    started = policy.clock()
+    attempt = 0
+    token_refreshed = False
+    while True:
+        try:
+            return send(token() if token is not None else None)
+        except PlatformError as error:
+            if error.token_rejected and forget_token is not None and not token_refreshed:
+                logger.info("%s: the access token was refused; fetching a new one", error)
+                token_refreshed = True
+                forget_token()
+                continue
+            if error.permanent:
+                raise
+            attempt += 1
+            wait = error.retry_after = policy.wait(error, attempt)
+            budget = policy.max_retry_seconds
+            if attempt >= policy.max_attempts or (budget is not None and policy.clock() - started + wait > budget):
+                raise
+            logger.warning("%s (attempt %d of %d); retrying in %.2f s", error, attempt, policy.max_attempts, wait)
+            policy.sleep(wait)
+
+
+class _CacheOutage:
+    """Whether this process last found the token cache failing: one warning when an outage
+    starts, one line when the cache answers again, nothing in between."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.down = False
+
+    def failed(self, operation: str, key_owner: str, exc: Exception) -> None:
+        with self._lock:
+            started, self.down = not self.down, True
+        if started:
+            logger.warning(
+                "token cache %s failed for %s (%s): fetching access tokens from the platform until it answers again",
+                operation, key_owner, type(exc).__name__,
+            )
+
+    def answered(self) -> None:
+        if not self.down:  # the common case, without the lock
+            return
+        with self._lock:
+            ended, self.down = self.down, False
+        if ended:
+            logger.info("token cache answers again; access tokens are cached once more")
+
+
+_outage = _CacheOutage()
+
+
+class TokenCache:
+    """One app's access token in Django's cache, shared by every process of the deployment.
+
+    An outage of the cache backend (Redis down) must not stop platform calls: a failed read is a
+    miss and a failed write or delete is dropped, so the client fetches a token itself and carries
+    on. The log says so once per outage, naming the app, never the token."""
+
+    def __init__(self, key: str, owner: str):
+        self.key = key
+        self.owner = owner  # who the token is for, as the log names it ("Feishu app cli_x")
+
+    def get(self) -> str | None:
+        try:
+            token = cache.get(self.key)
+        except Exception as exc:
+            _outage.failed("read", self.owner, exc)
+            return None
+        _outage.answered()
+        return token if isinstance(token, str) and token else None
+
+    def set(self, token: str, ttl: float) -> None:
+        try:
+            cache.set(self.key, token, timeout=ttl)
+        except Exception as exc:
+            _outage.failed("write", self.owner, exc)
+            return
+        _outage.answered()
+
+    def delete(self) -> None:
+        try:
+            cache.delete(self.key)
+        except Exception as exc:
+            _outage.failed("delete", self.owner, exc)
+            return
+        _outage.answered()
