@@ -14,7 +14,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from askcards import outbox
+from askcards import outbox, surfaces
 from askcards.models import Agent, Ask, AskEvent, OutboxEvent, Respondent, Session
 from askcards.tools import Closing, Response
 from askcards.tools import dingtalk_ask_user_question as dingtalk_tool
@@ -168,6 +168,9 @@ def dingtalk_click(*, ask: Ask, user_id: str, action: str, form: dict[str, Any])
             if waiting == 0:
                 close(ask, (Ask.Status.PENDING,), Ask.Status.ANSWERED, Ask.Reason.COMPLETED, actor, surface=DINGTALK_SURFACE)
             else:
+                # The collection's progress (k/N) is marked with the response it shows, in this
+                # transaction, as every transition's is; the surfaces show it after commit.
+                surfaces.mark_changed(ask)
                 transaction.on_commit(partial(after_change, ask, "show"))
     return _click_outcome(ask, clicker, row_status, answers, bool(recorded))
 

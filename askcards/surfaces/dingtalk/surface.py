@@ -29,7 +29,7 @@ from django.utils import timezone
 
 from askcards.models import Ask, Bot, CardMessage, Respondent, Session, new_out_track_id
 from askcards.surfaces import sync
-from askcards.surfaces.base import DeliveryFailed, Surface
+from askcards.surfaces.base import DeliveryFailed, Surface, SyncReport
 from askcards.surfaces.http import thread_client
 from askcards.tools import dingtalk_ask_user_question as dt
 
@@ -187,11 +187,8 @@ class DingTalkSurface(Surface):
         touch(ask)
 
     def show(self, ask: Ask) -> None:
-        """After activation (marked already) and after a targeted respondent's response commits:
-        the lifecycle reports a response through this hook alone, so a collection's card is
-        marked here for its progress (k/N). An ordinary card has nothing new to show."""
-        if ask.target_type != Ask.Target.NONE:
-            touch(ask)
+        """Marked in the transaction that made it showable (activation, a collection's response);
+        the worker's card sync PUTs it."""
 
     def withdraw(self, ask: Ask) -> None:
         """Marked in the transition's transaction; the worker's card sync PUTs the ending."""
@@ -203,7 +200,7 @@ class DingTalkSurface(Surface):
                 card_reason="dispatch_failed", version=F("version") + 1
             )
 
-    def sync_due(self, now) -> int:
+    def sync_due(self, now, report: SyncReport) -> int:
         due = sync.due_card_messages(now, platform=Bot.Platform.DINGTALK, limit=BATCH, ask__isnull=False)
         return sum(sync_message(pk, now=now) for pk in due)
 
