@@ -23,6 +23,12 @@ logger = logging.getLogger(__name__)
 HOUSEKEEPING_EVERY = timedelta(minutes=1)  # answer purge, callback receipts
 
 
+def settle(report: surfaces.SyncReport) -> None:
+    """Turn what a card-sync pass reported into the lifecycle's service calls."""
+    for card_id, error in report.unsent_progress_cards:
+        services.card_delivery_failed(card_id=card_id, error=error)
+
+
 class Worker:
     """Duties in independent lanes, so a slow platform or webhook never delays a deadline.
 
@@ -46,7 +52,10 @@ class Worker:
         return tried
 
     def card_sync(self) -> int:
-        return surfaces.sync_due(timezone.now())
+        report = surfaces.SyncReport()
+        done = surfaces.sync_due(timezone.now(), report)
+        settle(report)
+        return done
 
     def housekeeping(self) -> int:
         now = timezone.now()

@@ -28,7 +28,7 @@ class RecordingSurface(Surface):
     def withdraw(self, ask) -> None:
         self._record("withdraw", ask)
 
-    def sync_due(self, now) -> int:
+    def sync_due(self, now, report) -> int:
         with self._lock:
             self.calls.append(("sync_due", "", ""))
         return 0

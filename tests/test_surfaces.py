@@ -30,7 +30,7 @@ def test_a_surface_with_only_reachable_carries_an_ask_from_call_to_cancel(settin
 
     assert services.ask_cancel(ask=outcome.ask, actor="agent:test")
     surfaces.result_undeliverable(outcome.ask)
-    assert surfaces.sync_due(timezone.now()) == 0
+    assert surfaces.sync_due(timezone.now(), surfaces.SyncReport()) == 0
     outcome.ask.refresh_from_db()
     assert outcome.ask.status == "cancelled"
 

@@ -92,9 +92,10 @@ def card_touch(*, card: ProgressCard) -> None:
     CardMessage.objects.filter(progress_card=card).update(version=F("version") + 1)
 
 
-def card_delivery_failed(*, card: ProgressCard, error: str) -> int:
-    """The progress card could not be sent: asks shown nowhere else fail with ``delivery_failed``."""
-    asks = Ask.objects.filter(session=card.session, status__in=Ask.OPEN).select_related("session", "agent")
+def card_delivery_failed(*, card_id: int, error: str) -> int:
+    """The progress card could not be sent (the worker's card sync gave up on its first send):
+    asks shown nowhere else fail with ``delivery_failed``."""
+    asks = Ask.objects.filter(session__progress_cards=card_id, status__in=Ask.OPEN).select_related("session", "agent")
     return sum(
         close(ask, Ask.OPEN, Ask.Status.FAILED, Ask.Reason.DELIVERY_FAILED, SYSTEM, detail={"error": error[:300]})
         for ask in asks

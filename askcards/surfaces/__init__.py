@@ -20,14 +20,14 @@ from typing import TYPE_CHECKING
 from django.conf import settings
 from django.utils.module_loading import import_string
 
-from .base import DeliveryFailed, Surface
+from .base import DeliveryFailed, Surface, SyncReport
 
 if TYPE_CHECKING:
     from askcards.models import Ask, Session
 
 __all__ = [
     "DeliveryFailed", "Surface", "all_surfaces", "by_name", "mark_changed", "reachable_surfaces",
-    "result_undeliverable", "run_hook", "sync_due",
+    "result_undeliverable", "run_hook", "sync_due", "SyncReport",
 ]
 
 logger = logging.getLogger(__name__)
@@ -54,12 +54,13 @@ def by_name(names: list[str]) -> list[Surface]:
     return [surface for surface in all_surfaces() if surface.name in names]
 
 
-def sync_due(now: datetime) -> int:
-    """Worker step: let every surface do its due card-sync work; one failing never stops the rest."""
+def sync_due(now: datetime, report: SyncReport) -> int:
+    """Worker step: let every surface do its due card-sync work; one failing never stops the rest.
+    What the lifecycle must act on goes into ``report`` (the worker acts on it)."""
     done = 0
     for surface in all_surfaces():
         try:
-            done += surface.sync_due(now)
+            done += surface.sync_due(now, report)
         except Exception:
             logger.exception("card sync of surface %s failed; retrying next tick", surface.name)
     return done

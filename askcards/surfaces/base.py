@@ -6,6 +6,7 @@ Surfaces are listed in ``settings.ASKCARDS_SURFACES`` (dotted paths), in the ord
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -15,6 +16,17 @@ if TYPE_CHECKING:
 
 class DeliveryFailed(Exception):
     """A surface could not put the ask in front of the person."""
+
+
+@dataclass
+class SyncReport:
+    """What a card-sync pass found that the lifecycle must act on: surfaces report, the worker
+    turns the report into service calls (a surface never calls a service).
+
+    ``unsent_progress_cards``: (progress card id, error) of cards whose first send failed for good;
+    the asks shown nowhere else fail with ``delivery_failed``."""
+
+    unsent_progress_cards: list[tuple[int, str]] = field(default_factory=list)
 
 
 class Surface:
@@ -50,8 +62,8 @@ class Surface:
     def result_undeliverable(self, ask: Ask) -> None:
         """The ask's result could never be delivered to its agent: say so where the ask is shown."""
 
-    def sync_due(self, now: datetime) -> int:
+    def sync_due(self, now: datetime, report: SyncReport) -> int:
         """A worker step: push what changed to platform messages whose desired version is ahead of
         what was pushed (``CardMessage.version > synced_version``), retrying what failed. Returns
-        how much work it did."""
+        how much work it did; what the lifecycle must act on goes into ``report``."""
         return 0

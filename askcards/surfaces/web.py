@@ -15,7 +15,7 @@ from django.utils import timezone
 from askcards import events
 from askcards.models import Ask, PanelPresence, Session
 
-from .base import Surface
+from .base import Surface, SyncReport
 
 logger = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ class WebSurface(Surface):
         # Everything the panel says is in the message, so sockets need no re-read to say it.
         self._push(ask, {"type": "panel.withdraw", "message": cancelled_message(ask)})
 
-    def sync_due(self, now: datetime) -> int:
+    def sync_due(self, now: datetime, report: SyncReport) -> int:
         presence_purge_stale()
         return 0
 

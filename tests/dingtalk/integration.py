@@ -9,6 +9,7 @@ from django.utils import timezone
 
 from askcards import services
 from askcards.models import Ask, Bot, CardMessage
+from askcards.surfaces.base import SyncReport
 from askcards.surfaces.dingtalk.surface import DingTalkSurface
 from tests.fakes.dingtalk import signed_callback
 
@@ -75,7 +76,7 @@ def sync_cards() -> int:
     done = 0
     for _ in range(10):
         CardMessage.objects.update(next_sync_at=None)
-        step = DingTalkSurface().sync_due(timezone.now())
+        step = DingTalkSurface().sync_due(timezone.now(), SyncReport())
         if not step:
             break
         done += step

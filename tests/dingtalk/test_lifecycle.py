@@ -133,13 +133,14 @@ def test_empty_submit_is_an_answer(agent, session, bot, fake):
 
 def test_card_update_retries_after_dingtalk_is_busy(agent, session, bot, fake):
     from askcards.models import CardMessage
+    from askcards.surfaces.base import SyncReport
     from askcards.surfaces.dingtalk.surface import DingTalkSurface
     from django.utils import timezone
 
     outcome, details = create(agent, session, {"questions": QUESTIONS})
     click(bot, outcome.ask, "staff_a", cancel=True)
     fake.server_error("/v1.0/card/instances")
-    DingTalkSurface().sync_due(timezone.now())
+    DingTalkSurface().sync_due(timezone.now(), SyncReport())
     message = CardMessage.objects.get(ask=outcome.ask)
     assert message.synced_version < message.version and "system.busy" in message.last_error
     assert message.next_sync_at > timezone.now()  # backing off, not hammering

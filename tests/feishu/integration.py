@@ -11,8 +11,10 @@ from django.test import Client
 from django.utils import timezone
 
 from askcards.models import Bot, CardMessage, ProgressCard
+from askcards.surfaces.base import SyncReport
 from askcards.surfaces.feishu import security
 from askcards.surfaces.feishu.surface import FeishuSurface
+from askcards.worker import settle
 
 ENCRYPT_KEY = "test-encrypt-key"
 VERIFICATION_TOKEN = "test-verification-token"
@@ -80,7 +82,9 @@ def converge(*, timeout: float = 10.0) -> int:
     deadline = time.monotonic() + timeout
     pushes = 0
     while time.monotonic() < deadline:
-        pushes += surface.sync_due(timezone.now())
+        report = SyncReport()
+        pushes += surface.sync_due(timezone.now(), report)
+        settle(report)  # as the worker's card-sync lane does
         if not any(m.version > m.synced_version for m in CardMessage.objects.filter(platform="feishu")):
             return pushes
         time.sleep(0.02)

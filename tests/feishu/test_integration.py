@@ -375,11 +375,12 @@ def test_burst_of_changes_and_a_submit_converge_within_the_rate_limit(mounted, f
     def worker():
         from django.db import connections
 
+        from askcards.surfaces.base import SyncReport
         from askcards.surfaces.feishu.surface import FeishuSurface
 
         try:
             while not stop.is_set():
-                pushes.append(FeishuSurface().sync_due(timezone.now()))
+                pushes.append(FeishuSurface().sync_due(timezone.now(), SyncReport()))
                 time.sleep(0.01)
         finally:
             connections.close_all()

@@ -26,7 +26,7 @@ from django.utils import timezone
 
 from askcards.models import Ask, Bot, CardMessage, ProgressCard, Session
 from askcards.surfaces import sync
-from askcards.surfaces.base import Surface
+from askcards.surfaces.base import Surface, SyncReport
 from askcards.surfaces.http import thread_client
 
 from .cards import PendingAsk, ProgressView, RenderedCard, render_progress_card
@@ -129,7 +129,7 @@ class FeishuSurface(Surface):
     def withdraw(self, ask: Ask) -> None:
         """Marked in the transition's transaction; the worker's card sync PATCHes it."""
 
-    def sync_due(self, now) -> int:
+    def sync_due(self, now, report: SyncReport) -> int:
         due = sync.due_card_messages(now, platform=Bot.Platform.FEISHU, limit=BATCH, progress_card__isnull=False)
         # The batch's rows and their sessions' pending asks in two queries, not one per card.
         # Read before each message's claim: if anything changed since, its version changed
@@ -141,12 +141,13 @@ class FeishuSurface(Surface):
             )
             .in_bulk(due)
         )
-        return sum(sync_message(rows[pk], now=now) for pk in due if pk in rows)
+        return sum(sync_message(rows[pk], report, now=now) for pk in due if pk in rows)
 
 
-def sync_message(message: CardMessage, *, now=None) -> bool:
+def sync_message(message: CardMessage, report: SyncReport, *, now=None) -> bool:
     """Push one card message (read with its bot, card and session, and the session's
-    ``pending`` asks) if it is still due and no other worker holds it; True if this call pushed."""
+    ``pending`` asks) if it is still due and no other worker holds it; True if this call pushed.
+    A card whose first send failed for good goes into ``report``."""
     now = now or timezone.now()
     # The claim also checks the message id read with the row: had another worker sent the card
     # meanwhile, this row is stale and the next pass reads it again.
@@ -160,7 +161,8 @@ def sync_message(message: CardMessage, *, now=None) -> bool:
     try:
         message_id = _push(message, card, rendered)
     except FeishuError as exc:
-        _failed(message, card, exc, version, started)
+        if _failed(message, exc, version, started):
+            report.unsent_progress_cards.append((card.pk, str(exc)))
         return True
     sync.card_pushed(pk, version=version, started=started, message_id=message_id)
     return True
@@ -183,15 +185,12 @@ def _push(message: CardMessage, card: ProgressCard, rendered: RenderedCard) -> s
     return sent.message_id
 
 
-def _failed(message: CardMessage, card: ProgressCard, exc: FeishuError, version: int, started) -> None:
+def _failed(message: CardMessage, exc: FeishuError, version: int, started) -> bool:
     """Retry a transient failure later; give up on this state after a permanent one (a later
-    change tries again). A first send that cannot succeed fails the asks waiting on the card."""
+    change tries again). True when a first send cannot succeed: the asks waiting on the card
+    must fail (the worker's part)."""
     gave_up = exc.permanent or (not message.message_id and message.sync_attempts + 1 >= SEND_ATTEMPTS)
     sync.card_push_failed(
         message, str(exc), version=version, started=started, gave_up=gave_up, retry_after=exc.retry_after or 0
     )
-    if gave_up and not message.message_id:
-        # A transition of the asks waiting on the card: the one place a surface calls services.
-        from askcards import services
-
-        services.card_delivery_failed(card=card, error=str(exc))
+    return gave_up and not message.message_id
