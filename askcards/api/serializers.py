@@ -117,6 +117,14 @@ class EventsQuery(StrictSerializer):
     limit = serializers.IntegerField(min_value=1, max_value=500, required=False, default=100)
 
 
+class WaitInput(StrictSerializer):
+    timeout = JsonInteger(min_value=0, max_value=MAX_WAIT_SECONDS, required=False, default=30)
+
+
+class EventsAckInput(StrictSerializer):
+    upto = JsonInteger(min_value=0, help_text="The last seq you have handled: acknowledges it and all before")
+
+
 # ------------------------------------------------------------------------------ outputs
 
 
@@ -192,6 +200,10 @@ class RecoverOutput(OutputSerializer):
 class EventsOutput(OutputSerializer):
     events = EventOutput(many=True)
     last_seq = serializers.IntegerField(help_text="The last event's seq; the request's after when there is none")
+
+
+class EventsAckOutput(OutputSerializer):
+    acknowledged = serializers.IntegerField(help_text="Events this call marked delivered (0 when all already were)")
 
 
 class ErrorDetailOutput(OutputSerializer):

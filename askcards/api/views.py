@@ -1,4 +1,9 @@
-"""Agent API (SPEC §7). Thin: validate → service or selector → output serializer."""
+"""Agent API (SPEC §7). Thin: validate → service or selector → output serializer.
+
+A GET never writes: reading an ask or the event feed changes nothing. Taking delivery is a POST:
+a terminal ask's result in a POST response (``tools/call``, ``asks/{id}/wait``, ``asks/{id}/cancel``)
+counts as handed over (services.ask_result_returned), and ``POST /events/ack`` acknowledges the
+feed (services.events_acknowledge)."""
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -101,7 +106,7 @@ def _ask_now(agent, ask_id: str, *, final: bool, deliver: bool, shape: Callable[
     """The ask as it is now, rendered by ``shape``; None while it is still open and the caller
     may keep waiting (``final`` False).
 
-    ``deliver``: a terminal ask's result in this response counts as handed to its
+    ``deliver`` (POST only): a terminal ask's result in this response counts as handed to its
     agent (services.ask_result_returned: not webhooked again, its retention clock starts)."""
     ask = selectors.ask_get(agent=agent, ask_id=ask_id)
     if not final and ask.is_open:
@@ -166,13 +171,19 @@ class AskListApi(APIView):
 
 
 class AskDetailApi(APIView):
+    """Read an ask. A terminal ask's result read here is not yet delivered: see POST /asks/{id}/wait."""
+
     @extend_schema(operation_id="ask_read", responses=s.AskOutput)
     def get(self, request, ask_id: str):
-        return Response(_ask_now(request.user, ask_id, final=True, deliver=True, shape=s.AskOutput.of))
+        return Response(s.AskOutput.of(selectors.ask_get(agent=request.user, ask_id=ask_id)))
 
 
 class AskWaitApi(APIView):
-    """Long-poll (≤ 60 s) until the ask is terminal; returns the ask either way."""
+    """Long-poll (≤ 60 s) until the ask is terminal; returns the ask either way.
+
+    GET only reads. POST also takes delivery: a terminal ask's result in its response counts as
+    handed over (its ask.closed event is not webhooked; the answers' retention clock starts), as
+    a result in the tools/call response does. ``POST {"timeout": 0}`` takes it without waiting."""
 
     @extend_schema(
         operation_id="ask_wait",
@@ -181,13 +192,21 @@ class AskWaitApi(APIView):
     )
     def get(self, request, ask_id: str):
         query = _validated(s.WaitQuery, request.query_params)
-        agent = request.user
-        response = Response(_ask_now(agent, ask_id, final=True, deliver=True, shape=s.AskOutput.of))
-        if response.data["status"] in Ask.OPEN and query["timeout"]:
+        return self._wait(request.user, ask_id, query["timeout"], deliver=False)
+
+    @extend_schema(operation_id="ask_wait_deliver", request=s.WaitInput, responses=s.AskOutput)
+    def post(self, request, ask_id: str):
+        data = _validated(s.WaitInput, _body(request))
+        return self._wait(request.user, ask_id, data["timeout"], deliver=True)
+
+    @staticmethod
+    def _wait(agent, ask_id: str, timeout: int, *, deliver: bool) -> Response:
+        response = Response(_ask_now(agent, ask_id, final=True, deliver=deliver, shape=s.AskOutput.of))
+        if response.data["status"] in Ask.OPEN and timeout:
             response.long_poll = LongPoll(
                 groups=[events.ask_group(ask_id)],
-                timeout=query["timeout"],
-                again=lambda final: _ask_now(agent, ask_id, final=final, deliver=True, shape=s.AskOutput.of),
+                timeout=timeout,
+                again=lambda final: _ask_now(agent, ask_id, final=final, deliver=deliver, shape=s.AskOutput.of),
             )
         return response
 
@@ -211,12 +230,12 @@ def _events_page(agent, after: int, limit: int, *, final: bool) -> dict[str, Any
 
 
 class EventsApi(APIView):
-    """The agent's events after ``after``; asking for ``after=N`` acknowledges every event up to N."""
+    """The agent's events after ``after``. Reading acknowledges nothing: POST /events/ack does."""
 
     @extend_schema(
         operation_id="events_read",
         parameters=[
-            OpenApiParameter("after", int, description="Last seq you have; acknowledges it and everything before"),
+            OpenApiParameter("after", int, description="Return events after this seq (the last you have); default 0"),
             OpenApiParameter("wait", int, description="Long-poll up to this many seconds (0-60) when nothing is new"),
             OpenApiParameter("limit", int, description="1-500, default 100"),
         ],
@@ -225,8 +244,6 @@ class EventsApi(APIView):
     def get(self, request):
         query = _validated(s.EventsQuery, request.query_params)
         agent, after, limit = request.user, query["after"], query["limit"]
-        if after:
-            services.events_acknowledge(agent=agent, upto=after)
         response = Response(_events_page(agent, after, limit, final=True))
         if not response.data["events"] and query["wait"]:
             response.long_poll = LongPoll(
@@ -235,3 +252,14 @@ class EventsApi(APIView):
                 again=lambda final: _events_page(agent, after, limit, final=final),
             )
         return response
+
+
+class EventsAckApi(APIView):
+    """The agent has handled its events up to ``upto``: they count as delivered (not webhooked
+    again; the results they carry start their retention clock). Acknowledging again is harmless."""
+
+    @extend_schema(operation_id="events_ack", request=s.EventsAckInput, responses=s.EventsAckOutput)
+    def post(self, request):
+        data = _validated(s.EventsAckInput, _body(request))
+        acknowledged = services.events_acknowledge(agent=request.user, upto=data["upto"])
+        return Response(s.EventsAckOutput.of({"acknowledged": acknowledged}))
