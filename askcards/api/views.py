@@ -17,6 +17,7 @@ from askcards import events, jsonlimits, selectors, services
 from askcards.errors import AskNotPending, InvalidInput
 from askcards.models import Ask
 
+from . import schema
 from . import serializers as s
 from .longpoll import LongPoll
 
@@ -41,7 +42,7 @@ class SessionUpsertApi(APIView):
     @extend_schema(
         operation_id="session_upsert",
         request=s.SessionUpsertInput,
-        responses={200: s.SessionOutput, 201: s.SessionOutput},
+        responses=schema.responses({200: s.SessionOutput, 201: s.SessionOutput}, *schema.BODY, "web_user_not_granted"),
     )
     def post(self, request):
         data = _validated(s.SessionUpsertInput, _body(request))
@@ -55,20 +56,24 @@ class SessionUpsertApi(APIView):
 
 
 class SessionDetailApi(APIView):
-    @extend_schema(operation_id="session_read", responses=s.SessionOutput)
+    @extend_schema(operation_id="session_read", responses=schema.responses({200: s.SessionOutput}))
     def get(self, request, session_id: str):
         return Response(s.SessionOutput.of(selectors.session_get(agent=request.user, session_ref=session_id)))
 
 
 class SessionToolsApi(APIView):
-    @extend_schema(operation_id="session_tools", responses=s.ToolOutput(many=True))
+    @extend_schema(operation_id="session_tools", responses=schema.responses({200: s.ToolOutput(many=True)}))
     def get(self, request, session_id: str):
         session = selectors.session_get(agent=request.user, session_ref=session_id)
         return Response([s.ToolOutput.of(tool) for tool in s.offered_tools(session)])
 
 
 class SessionMessageApi(APIView):
-    @extend_schema(operation_id="session_message", request=s.MessageInput, responses=s.RecoverOutput)
+    @extend_schema(
+        operation_id="session_message",
+        request=s.MessageInput,
+        responses=schema.responses({200: s.RecoverOutput}, *schema.BODY),
+    )
     def post(self, request, session_id: str):
         session = selectors.session_get(agent=request.user, session_ref=session_id)
         data = _validated(s.MessageInput, _body(request))
@@ -79,7 +84,11 @@ class SessionMessageApi(APIView):
 class SessionProgressApi(APIView):
     """The Feishu progress card of the session's current run (SPEC §6.1); asks mount on it."""
 
-    @extend_schema(operation_id="session_progress", request=s.ProgressInput, responses=s.ProgressOutput)
+    @extend_schema(
+        operation_id="session_progress",
+        request=s.ProgressInput,
+        responses=schema.responses({200: s.ProgressOutput}, *schema.BODY),
+    )
     def put(self, request, session_id: str):
         session = selectors.session_get(agent=request.user, session_ref=session_id)
         data = _validated(s.ProgressInput, _body(request))
@@ -88,7 +97,11 @@ class SessionProgressApi(APIView):
 
 
 class SessionRecoverApi(APIView):
-    @extend_schema(operation_id="session_recover", request=None, responses=s.RecoverOutput)
+    @extend_schema(
+        operation_id="session_recover",
+        request=None,
+        responses=schema.responses({200: s.RecoverOutput}, *schema.BODY),
+    )
     def post(self, request, session_id: str):
         session = selectors.session_get(agent=request.user, session_ref=session_id)
         _validated(s.NoInput, _body(request))
@@ -96,7 +109,11 @@ class SessionRecoverApi(APIView):
 
 
 class AgentRecoverApi(APIView):
-    @extend_schema(operation_id="agent_recover", request=None, responses=s.RecoverOutput)
+    @extend_schema(
+        operation_id="agent_recover",
+        request=None,
+        responses=schema.responses({200: s.RecoverOutput}, *schema.BODY),
+    )
     def post(self, request):
         _validated(s.NoInput, _body(request))
         return Response(s.RecoverOutput.of({"invalidated": services.agent_recover(agent=request.user)}))
@@ -123,7 +140,11 @@ def _tool_call_data(ask: Ask) -> dict[str, Any]:
 class ToolCallApi(APIView):
     """Run a tool call. With ``wait``, a blocking call waits up to that many seconds for its result."""
 
-    @extend_schema(operation_id="tool_call", request=s.ToolCallInput, responses=s.ToolCallOutput)
+    @extend_schema(
+        operation_id="tool_call",
+        request=s.ToolCallInput,
+        responses=schema.responses({200: s.ToolCallOutput}, *schema.BODY, "unknown_tool", "web_user_not_granted"),
+    )
     def post(self, request):
         data = _validated(s.ToolCallInput, _body(request))
         agent = request.user
@@ -159,7 +180,7 @@ class AskListApi(APIView):
             OpenApiParameter("status", str, enum=Ask.Status.values),
             OpenApiParameter("limit", int, description="1-200, default 50"),
         ],
-        responses=s.AskListOutput,
+        responses=schema.responses({200: s.AskListOutput}, *schema.QUERY),
     )
     def get(self, request):
         query = _validated(s.AskListQuery, request.query_params)
@@ -173,7 +194,7 @@ class AskListApi(APIView):
 class AskDetailApi(APIView):
     """Read an ask. A terminal ask's result read here is not yet delivered: see POST /asks/{id}/wait."""
 
-    @extend_schema(operation_id="ask_read", responses=s.AskOutput)
+    @extend_schema(operation_id="ask_read", responses=schema.responses({200: s.AskOutput}))
     def get(self, request, ask_id: str):
         return Response(s.AskOutput.of(selectors.ask_get(agent=request.user, ask_id=ask_id)))
 
@@ -188,13 +209,17 @@ class AskWaitApi(APIView):
     @extend_schema(
         operation_id="ask_wait",
         parameters=[OpenApiParameter("timeout", int, description="0-60 seconds, default 30")],
-        responses=s.AskOutput,
+        responses=schema.responses({200: s.AskOutput}, *schema.QUERY),
     )
     def get(self, request, ask_id: str):
         query = _validated(s.WaitQuery, request.query_params)
         return self._wait(request.user, ask_id, query["timeout"], deliver=False)
 
-    @extend_schema(operation_id="ask_wait_deliver", request=s.WaitInput, responses=s.AskOutput)
+    @extend_schema(
+        operation_id="ask_wait_deliver",
+        request=s.WaitInput,
+        responses=schema.responses({200: s.AskOutput}, *schema.BODY),
+    )
     def post(self, request, ask_id: str):
         data = _validated(s.WaitInput, _body(request))
         return self._wait(request.user, ask_id, data["timeout"], deliver=True)
@@ -212,7 +237,11 @@ class AskWaitApi(APIView):
 
 
 class AskCancelApi(APIView):
-    @extend_schema(operation_id="ask_cancel", request=s.CancelInput, responses=s.AskOutput)
+    @extend_schema(
+        operation_id="ask_cancel",
+        request=s.CancelInput,
+        responses=schema.responses({200: s.AskOutput}, *schema.BODY, "ask_not_pending"),
+    )
     def post(self, request, ask_id: str):
         data = _validated(s.CancelInput, _body(request))
         ask = selectors.ask_get(agent=request.user, ask_id=ask_id)
@@ -239,7 +268,7 @@ class EventsApi(APIView):
             OpenApiParameter("wait", int, description="Long-poll up to this many seconds (0-60) when nothing is new"),
             OpenApiParameter("limit", int, description="1-500, default 100"),
         ],
-        responses=s.EventsOutput,
+        responses=schema.responses({200: s.EventsOutput}, *schema.QUERY),
     )
     def get(self, request):
         query = _validated(s.EventsQuery, request.query_params)
@@ -258,7 +287,11 @@ class EventsAckApi(APIView):
     """The agent has handled its events up to ``upto``: they count as delivered (not webhooked
     again; the results they carry start their retention clock). Acknowledging again is harmless."""
 
-    @extend_schema(operation_id="events_ack", request=s.EventsAckInput, responses=s.EventsAckOutput)
+    @extend_schema(
+        operation_id="events_ack",
+        request=s.EventsAckInput,
+        responses=schema.responses({200: s.EventsAckOutput}, *schema.BODY),
+    )
     def post(self, request):
         data = _validated(s.EventsAckInput, _body(request))
         acknowledged = services.events_acknowledge(agent=request.user, upto=data["upto"])
