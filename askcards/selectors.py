@@ -227,7 +227,9 @@ class EventDataOutput(OutputSerializer):
     by = serializers.CharField(required=False, help_text="Who cancelled the session's task")
 
     def to_representation(self, event: OutboxEvent):
-        about: dict[str, Any] = dict(event.data)  # what the transition recorded; absent keys are left out
+        # What the transition recorded: a declared key it lacks is left out, an undeclared one is
+        # not sent (declare it here, and the schema documents it).
+        about: dict[str, Any] = dict(event.data)
         if event.ask_id is not None:
             about["ask"] = event.ask
         if event.session_id is not None:
