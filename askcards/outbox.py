@@ -91,7 +91,7 @@ def _bump_and_insert_sql(alias: str) -> str:
 
 
 def acknowledge(*, agent: Agent, upto: int) -> int:
-    """Reading /events?after=SEQ says the agent has every event up to SEQ."""
+    """The agent acknowledged every event up to ``upto`` (``POST /events/ack``)."""
     now = timezone.now()
     with transaction.atomic():
         asks = list(

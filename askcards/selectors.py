@@ -1,6 +1,7 @@
-"""Shared reads and the public shapes of asks and events (API, events feed and webhooks agree)."""
+"""Shared reads, and the public shapes of asks and events (API, events feed, webhooks and MCP agree)."""
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from datetime import datetime
@@ -10,14 +11,11 @@ from django.contrib.auth import get_user_model
 from django.db.models import QuerySet
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
+from rest_framework import serializers
 
 from . import crypto
 from .errors import BotSecretsUnreadable, NotFound, Unauthenticated
-from .models import Agent, Ask, Bot, OutboxEvent, ProgressCard, Session
-
-
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat().replace("+00:00", "Z") if value else None
+from .models import Agent, Ask, Bot, OutboxEvent, Respondent, Session
 
 
 def unique_row(queryset: QuerySet) -> Any:
@@ -145,49 +143,148 @@ def pending_asks_of_session(session: Session) -> QuerySet[Ask]:
     return Ask.objects.filter(session=session, status=Ask.Status.PENDING).order_by("created_at", "id")
 
 
-def ask_data(ask: Ask) -> dict[str, Any]:
-    """The API shape of an ask (SPEC §7)."""
-    data: dict[str, Any] = {
-        "id": ask.id,
-        "session": {"id": ask.session_id, "key": ask.session.key},
-        "tool": ask.tool,
-        "status": ask.status,
-        "reason": ask.reason or None,
-        "title": ask.title,
-    }
-    if ask.fields is not None:
-        data["fields"] = ask.fields
-    else:
-        data["questions"] = ask.questions
-    data["target"] = (
-        None
-        if ask.target_type == Ask.Target.NONE
-        else {"type": ask.target_type, "id": ask.target_id}
+# ------------------------------------------------------------------------------ public shapes
+#
+# An ask and an event leave the service four ways: agent API responses, the /events feed, webhook
+# bodies (the outbox signs and POSTs them) and MCP's structuredContent. One serializer per shape
+# builds all four, and the served OpenAPI schema is generated from these same classes
+# (askcards.api.serializers uses them), so what is documented is what is sent. They live here,
+# below the API, because the outbox may not import askcards.api.
+
+
+@functools.cache
+def _bound(shape: type[OutputSerializer]) -> OutputSerializer:
+    return shape()
+
+
+# An output-only serializer. ``Shape.of(obj)`` is ``Shape(obj).data``, rendered by one shared
+# instance: a new serializer binds a copy of every field (for an ask that costs some 40 times the
+# rendering itself), while ``to_representation`` keeps no state, so threads may share one. (No
+# docstring: the schema would show it as the description of every shape that has none.)
+class OutputSerializer(serializers.Serializer):
+    @classmethod
+    def of(cls, instance: Any) -> Any:
+        return _bound(cls).to_representation(instance)
+
+
+class IsoDateTime(serializers.DateTimeField):
+    """A stored time in ISO 8601, UTC written ``Z``. DRF's own field converts every value to the
+    current time zone first, which costs more than the rest of an ask's rendering; stored times are
+    already UTC."""
+
+    def to_representation(self, value: datetime) -> str:
+        return value.isoformat().replace("+00:00", "Z")
+
+
+class _BlankAsNull:
+    """Output: an empty string (an unset reason or surface) reads as null."""
+
+    def to_representation(self, value):
+        return None if value == "" else super().to_representation(value)
+
+
+class _BlankAsNullChar(_BlankAsNull, serializers.CharField):
+    pass
+
+
+class _BlankAsNullChoice(_BlankAsNull, serializers.ChoiceField):
+    pass
+
+
+class SessionRefOutput(OutputSerializer):
+    """The session an ask or event belongs to."""
+
+    id = serializers.CharField()
+    key = serializers.CharField()
+
+
+class AskTargetOutput(OutputSerializer):
+    """Whom a targeted ask collects from (DingTalk); null for an ordinary ask."""
+
+    type = serializers.ChoiceField(choices=[Ask.Target.USER, Ask.Target.GROUP], source="target_type")
+    id = serializers.CharField(source="target_id", help_text="The user's or the group's id")
+
+    def to_representation(self, ask: Ask):
+        return None if ask.target_type == Ask.Target.NONE else super().to_representation(ask)
+
+
+class RespondentOutput(OutputSerializer):
+    id = serializers.CharField(source="respondent_id")
+    status = serializers.ChoiceField(choices=Respondent.Status.choices)
+    answered_at = IsoDateTime(allow_null=True)
+    surface = _BlankAsNullChar(allow_null=True, help_text="Where the answer came from")
+
+
+class AskOutput(OutputSerializer):
+    """An ask: `questions` (ask_user_questions) or `fields` (a DingTalk form), never both;
+    `result` is null while the ask is open."""
+
+    id = serializers.CharField()
+    session = SessionRefOutput()
+    tool = serializers.CharField()
+    status = serializers.ChoiceField(choices=Ask.Status.choices)
+    reason = _BlankAsNullChoice(choices=Ask.Reason.choices, allow_null=True, help_text="Set once terminal")
+    title = serializers.CharField(allow_blank=True)
+    questions = serializers.JSONField(required=False, help_text="Absent when the ask has fields")
+    fields = serializers.JSONField(required=False, help_text="Absent when the ask has questions")
+    target = AskTargetOutput(source="*", allow_null=True)
+    respondents = RespondentOutput(many=True)
+    surfaces = serializers.ListField(child=serializers.CharField(), help_text="Where the ask is shown")
+    deadline = IsoDateTime()
+    created_at = IsoDateTime()
+    closed_at = IsoDateTime(allow_null=True)
+    result = serializers.JSONField(
+        allow_null=True,
+        help_text="Once terminal: answers (ask_user_questions) or responses (DingTalk), tool_result and/or message",
     )
-    data["respondents"] = [
-        {
-            "id": respondent.respondent_id,
-            "status": respondent.status,
-            "answered_at": _iso(respondent.answered_at),
-            "surface": respondent.surface or None,
-        }
-        for respondent in ask.respondents.all()
-    ]
-    data["surfaces"] = ask.surfaces
-    data["deadline"] = _iso(ask.deadline)
-    data["created_at"] = _iso(ask.created_at)
-    data["closed_at"] = _iso(ask.closed_at)
-    data["result"] = ask.result
-    return data
+
+    def to_representation(self, ask: Ask):
+        data = super().to_representation(ask)
+        del data["questions" if ask.fields is not None else "fields"]
+        return data
+
+
+class EventDataOutput(OutputSerializer):
+    """What an event says, by type: `ask.closed` (`ask` with its result, `status`, `reason`),
+    `ask.progress` (`ask`, `received` of `total` respondents), `session.cancel_requested`
+    (`session`, `by`)."""
+
+    ask = AskOutput(required=False)
+    session = SessionRefOutput(required=False)
+    status = serializers.ChoiceField(choices=Ask.Status.choices, required=False)
+    reason = serializers.ChoiceField(choices=Ask.Reason.choices, required=False)
+    received = serializers.IntegerField(required=False)
+    total = serializers.IntegerField(required=False)
+    by = serializers.CharField(required=False, help_text="Who cancelled the session's task")
+
+    def to_representation(self, event: OutboxEvent):
+        # What the transition recorded: a declared key it lacks is left out, an undeclared one is
+        # not sent (declare it here, and the schema documents it).
+        about: dict[str, Any] = dict(event.data)
+        if event.ask_id is not None:
+            about["ask"] = event.ask
+        if event.session_id is not None:
+            about["session"] = event.session
+        return super().to_representation(about)
+
+
+class EventOutput(OutputSerializer):
+    """An event: one item of the /events feed, and the body of its webhook."""
+
+    seq = serializers.IntegerField()
+    type = serializers.ChoiceField(choices=OutboxEvent.Type.choices)
+    created_at = IsoDateTime()
+    data = EventDataOutput(source="*")
+
+
+def ask_data(ask: Ask) -> dict[str, Any]:
+    """The public shape of an ask (``AskOutput``)."""
+    return AskOutput.of(ask)
 
 
 def event_data(event: OutboxEvent) -> dict[str, Any]:
-    data = dict(event.data)
-    if event.ask_id is not None:
-        data["ask"] = ask_data(event.ask)
-    if event.session_id is not None:
-        data["session"] = {"id": event.session_id, "key": event.session.key}
-    return {"seq": event.seq, "type": event.type, "created_at": _iso(event.created_at), "data": data}
+    """The public shape of an event (``EventOutput``): a feed item and a webhook body."""
+    return EventOutput.of(event)
 
 
 def events_after(*, agent: Agent, after: int, limit: int = 100) -> list[OutboxEvent]:
@@ -197,15 +294,3 @@ def events_after(*, agent: Agent, after: int, limit: int = 100) -> list[OutboxEv
         .prefetch_related("ask__respondents")
         .order_by("seq")[:limit]
     )
-
-
-def progress_data(card: ProgressCard) -> dict[str, Any]:
-    message = card.card_messages.first()
-    return {
-        "session": {"id": card.session_id, "key": card.session.key},
-        "status": card.shown_status,
-        "title": card.title,
-        "message_id": (message.message_id or None) if message else None,
-        "synced": message is not None and message.synced_version >= message.version,
-        "last_error": message.last_error if message else "",
-    }

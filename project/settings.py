@@ -281,7 +281,12 @@ SPECTACULAR_SETTINGS = {
     "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
     "COMPONENT_SPLIT_REQUEST": True,
     # Named here so the schema's enum names are stable (and check --deploy has nothing to warn).
-    "ENUM_NAME_OVERRIDES": {"ProgressStatusEnum": "askcards.models.ProgressCard.Status"},
+    "ENUM_NAME_OVERRIDES": {
+        "ProgressStatusEnum": "askcards.models.ProgressCard.Status",
+        "AskStatusEnum": "askcards.models.Ask.Status",
+        "AskReasonEnum": "askcards.models.Ask.Reason",
+        "RespondentStatusEnum": "askcards.models.Respondent.Status",
+    },
     # /api/docs/ loads Swagger UI from drf-spectacular-sidecar's static files, not a CDN.
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",

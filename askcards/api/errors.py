@@ -1,4 +1,5 @@
-"""One error shape for the whole API: {"error": {"code": "<stable_code>", "message": "…"}}."""
+"""One error shape for the whole API: {"error": {"code": "<stable_code>", "message": "…"}}, rendered
+by ``serializers.ErrorOutput``."""
 from __future__ import annotations
 
 import logging
@@ -13,6 +14,8 @@ from rest_framework.views import exception_handler as drf_exception_handler
 
 from askcards import jsonlimits
 from askcards.errors import AskcardsError
+
+from .serializers import ErrorOutput
 
 CODES = {
     exceptions.NotAuthenticated: "not_authenticated",
@@ -29,7 +32,7 @@ CODES = {
 
 
 def error_response(code: str, message: str, status_code: int, **extra: Any) -> Response:
-    return Response({"error": {"code": code, "message": message, **extra}}, status=status_code)
+    return Response(ErrorOutput.of({"error": {"code": code, "message": message, **extra}}), status=status_code)
 
 
 def _flatten(detail: Any, prefix: str = "") -> list[str]:
@@ -85,7 +88,7 @@ def exception_handler(exc, context):
             return error_response(code, message, exc.status_code)
         response = drf_exception_handler(exc, context)
         if response is not None:
-            response.data = {"error": {"code": code, "message": str(exc.detail)}}
+            response.data = ErrorOutput.of({"error": {"code": code, "message": str(exc.detail)}})
             if isinstance(exc, exceptions.AuthenticationFailed):
                 response.status_code = status.HTTP_401_UNAUTHORIZED
                 response["WWW-Authenticate"] = "Bearer"

@@ -1,9 +1,19 @@
-"""Input validation and documented output shapes of the agent API."""
+"""The agent API's input validation, and its output serializers: every response body is one of
+these, so the served schema (generated from them) is what is sent.
+
+Outputs are rendered with ``Shape.of(instance)`` (``askcards.selectors.OutputSerializer``). The ask
+and event shapes are defined in ``askcards.selectors`` and used here as they are: webhooks and MCP
+send the same shapes, and the outbox may not import the API.
+"""
 from __future__ import annotations
+
+from typing import Any
 
 from rest_framework import serializers
 
+from askcards import tools
 from askcards.models import Ask, ProgressCard, Session
+from askcards.selectors import AskOutput, EventOutput, IsoDateTime, OutputSerializer, SessionRefOutput
 
 MAX_WAIT_SECONDS = 60
 
@@ -54,27 +64,6 @@ class SessionUpsertInput(StrictSerializer):
     parent = JsonString(max_length=500, required=False, help_text="Parent session id or key (sub-agent)")
 
 
-class ToolSerializer(serializers.Serializer):
-    name = serializers.CharField()
-    description = serializers.CharField()
-    input_schema = serializers.JSONField()
-
-
-class SessionOutput(serializers.Serializer):
-    id = serializers.CharField()
-    key = serializers.CharField()
-    platform = serializers.CharField()
-    chat_type = serializers.CharField()
-    bot = serializers.CharField(allow_null=True)
-    chat_id = serializers.CharField()
-    user_id = serializers.CharField()
-    user_name = serializers.CharField()
-    web_user = serializers.CharField()
-    parent = serializers.CharField(allow_null=True)
-    tools = ToolSerializer(many=True)
-    created_at = serializers.DateTimeField()
-
-
 class MessageInput(StrictSerializer):
     sender_id = JsonString(max_length=200, required=False, allow_blank=True, default="")
 
@@ -93,15 +82,6 @@ class ProgressInput(StrictSerializer):
     reply_to = JsonString(max_length=200, required=False, allow_blank=True, default="", help_text="Message id the first card replies to")
 
 
-class ProgressOutput(serializers.Serializer):
-    session = serializers.DictField()
-    status = serializers.ChoiceField(choices=ProgressCard.Status.choices, help_text="As the card shows it")
-    title = serializers.CharField()
-    message_id = serializers.CharField(allow_null=True, help_text="Feishu message id once the card was sent")
-    synced = serializers.BooleanField(help_text="The card shows the latest state")
-    last_error = serializers.CharField(allow_blank=True)
-
-
 class ToolCallInput(StrictSerializer):
     session = JsonString(max_length=500, help_text="Session id or key")
     name = JsonString(max_length=64)
@@ -115,47 +95,10 @@ class ToolCallInput(StrictSerializer):
     timeout_seconds = JsonInteger(min_value=1, required=False, allow_null=True)
 
 
-class RespondentOutput(serializers.Serializer):
-    id = serializers.CharField()
-    status = serializers.CharField()
-    answered_at = serializers.DateTimeField(allow_null=True)
-    surface = serializers.CharField(allow_null=True)
-
-
-class AskOutput(serializers.Serializer):
-    """Documents ``selectors.ask_data``."""
-
-    id = serializers.CharField()
-    session = serializers.DictField()
-    tool = serializers.CharField()
-    status = serializers.ChoiceField(choices=Ask.Status.choices)
-    reason = serializers.ChoiceField(choices=Ask.Reason.choices, allow_null=True)
-    title = serializers.CharField()
-    questions = serializers.JSONField(required=False)
-    fields = serializers.JSONField(required=False)
-    target = serializers.JSONField(allow_null=True)
-    respondents = RespondentOutput(many=True)
-    surfaces = serializers.ListField(child=serializers.CharField())
-    deadline = serializers.DateTimeField()
-    created_at = serializers.DateTimeField()
-    closed_at = serializers.DateTimeField(allow_null=True)
-    result = serializers.JSONField(allow_null=True)
-
-
-class ToolCallOutput(serializers.Serializer):
-    status = serializers.CharField()
-    ask = AskOutput(allow_null=True)
-    tool_result = serializers.CharField(allow_null=True)
-
-
 class AskListQuery(StrictSerializer):
     session = serializers.CharField(required=False, max_length=500)
     status = serializers.ChoiceField(choices=Ask.Status.choices, required=False)
     limit = serializers.IntegerField(min_value=1, max_value=200, required=False, default=50)
-
-
-class AskListOutput(serializers.Serializer):
-    asks = AskOutput(many=True)
 
 
 class WaitQuery(StrictSerializer):
@@ -168,23 +111,115 @@ class CancelInput(StrictSerializer):
     )
 
 
-class RecoverOutput(serializers.Serializer):
-    invalidated = serializers.IntegerField()
-
-
 class EventsQuery(StrictSerializer):
     after = serializers.IntegerField(min_value=0, required=False, default=0)
     wait = serializers.IntegerField(min_value=0, max_value=MAX_WAIT_SECONDS, required=False, default=0)
     limit = serializers.IntegerField(min_value=1, max_value=500, required=False, default=100)
 
 
-class EventOutput(serializers.Serializer):
-    seq = serializers.IntegerField()
-    type = serializers.CharField()
-    created_at = serializers.DateTimeField()
-    data = serializers.DictField()
+class WaitInput(StrictSerializer):
+    timeout = JsonInteger(min_value=0, max_value=MAX_WAIT_SECONDS, required=False, default=30)
 
 
-class EventsOutput(serializers.Serializer):
+class EventsAckInput(StrictSerializer):
+    upto = JsonInteger(min_value=0, help_text="The last seq you have handled: acknowledges it and all before")
+
+
+# ------------------------------------------------------------------------------ outputs
+
+
+class ToolOutput(OutputSerializer):
+    name = serializers.CharField()
+    description = serializers.CharField()
+    input_schema = serializers.JSONField(help_text="JSON Schema of the tool's arguments, exactly what is validated")
+
+
+def offered_tools(session: Session) -> list[tools.Tool]:
+    """The tools a session offers its model (SPEC §4)."""
+    return tools.tools_for(platform=session.platform, is_subagent=session.is_subagent)
+
+
+class ToolsOfSession(serializers.ListSerializer):
+    """``SessionOutput.tools``: rendered from the session, as ``offered_tools``."""
+
+    def to_representation(self, session: Session) -> list[dict[str, Any]]:
+        return super().to_representation(offered_tools(session))
+
+
+class SessionOutput(OutputSerializer):
+    id = serializers.CharField()
+    key = serializers.CharField()
+    platform = serializers.ChoiceField(choices=Session.Platform.choices)
+    chat_type = serializers.ChoiceField(choices=Session.ChatType.choices)
+    bot = serializers.CharField(source="bot.app_id", allow_null=True, help_text="The bot's app_id / client_id")
+    chat_id = serializers.CharField(allow_blank=True)
+    user_id = serializers.CharField(allow_blank=True)
+    user_name = serializers.CharField(allow_blank=True)
+    web_user = serializers.CharField(allow_blank=True)
+    parent = serializers.CharField(source="parent_id", allow_null=True, help_text="The parent session's id (sub-agent)")
+    tools = ToolsOfSession(child=ToolOutput(), source="*", help_text="What to hand the model for this session")
+    created_at = IsoDateTime()
+
+
+class ProgressOutput(OutputSerializer):
+    session = SessionRefOutput()
+    status = serializers.ChoiceField(choices=ProgressCard.Status.choices, help_text="As the card shows it")
+    title = serializers.CharField(allow_blank=True)
+    message_id = serializers.CharField(allow_null=True, help_text="Feishu message id once the card was sent")
+    synced = serializers.BooleanField(help_text="The card shows the latest state")
+    last_error = serializers.CharField(allow_blank=True, help_text="Why the last update of the card failed")
+
+    def to_representation(self, card: ProgressCard) -> dict[str, Any]:
+        message = card.card_messages.first()
+        return super().to_representation(
+            {
+                "session": card.session,
+                "status": card.shown_status,
+                "title": card.title,
+                "message_id": (message.message_id or None) if message else None,
+                "synced": message is not None and message.synced_version >= message.version,
+                "last_error": message.last_error if message else "",
+            }
+        )
+
+
+class ToolCallOutput(OutputSerializer):
+    status = serializers.CharField(help_text="The ask's status, failed (a tool-level failure), or a DingTalk outcome")
+    ask = AskOutput(allow_null=True, help_text="Null when the call made no ask (a failure before one, a DingTalk list)")
+    tool_result = serializers.CharField(allow_null=True, help_text="The exact string for the model; null while pending")
+
+
+class AskListOutput(OutputSerializer):
+    asks = AskOutput(many=True)
+
+
+class RecoverOutput(OutputSerializer):
+    invalidated = serializers.IntegerField(help_text="How many open asks were invalidated")
+
+
+class EventsOutput(OutputSerializer):
     events = EventOutput(many=True)
-    last_seq = serializers.IntegerField()
+    last_seq = serializers.IntegerField(help_text="The last event's seq; the request's after when there is none")
+
+
+class EventsAckOutput(OutputSerializer):
+    acknowledged = serializers.IntegerField(help_text="Events this call marked delivered (0 when all already were)")
+
+
+class ErrorDetailOutput(OutputSerializer):
+    code = serializers.CharField(help_text="Stable; each response lists the codes it may carry")
+    message = serializers.CharField(help_text="What was wrong and what was expected")
+    fields = serializers.DictField(
+        child=serializers.ListField(child=serializers.CharField()),
+        required=False,
+        help_text="invalid_input: each wrong field or query parameter with its messages",
+    )
+
+
+# The edge (askcards.edge) writes this same shape for requests it refuses before any view runs
+# (413, a malformed Content-Length): it sits below the API, so it builds the body itself;
+# tests/api/test_schema.py checks those bodies against this component too.
+class ErrorOutput(OutputSerializer):
+    """Every error: a stable `code` and a `message` saying what was wrong and what was expected."""
+
+    error = ErrorDetailOutput()

@@ -46,5 +46,6 @@ urlpatterns = [
     path("asks/<ref:ask_id>/wait", views.AskWaitApi.as_view(), name="ask-wait"),
     path("asks/<ref:ask_id>/cancel", views.AskCancelApi.as_view(), name="ask-cancel"),
     path("events", views.EventsApi.as_view(), name="events"),
+    path("events/ack", views.EventsAckApi.as_view(), name="events-ack"),
     re_path(r"^", no_endpoint, name="no-endpoint"),  # keep last
 ]

@@ -1,51 +1,31 @@
-"""Agent API (SPEC §7). Thin: validate → service or selector → serialize."""
+"""Agent API (SPEC §7). Thin: validate → service or selector → output serializer.
+
+A GET never writes: reading an ask or the event feed changes nothing. Taking delivery is a POST:
+a terminal ask's result in a POST response (``tools/call``, ``asks/{id}/wait``, ``asks/{id}/cancel``)
+counts as handed over (services.ask_result_returned), and ``POST /events/ack`` acknowledges the
+feed (services.events_acknowledge)."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from askcards import events, jsonlimits, selectors, services, tools
+from askcards import events, jsonlimits, selectors, services
 from askcards.errors import AskNotPending, InvalidInput
-from askcards.models import Ask, Session
+from askcards.models import Ask
 
+from . import schema
 from . import serializers as s
 from .longpoll import LongPoll
-
-
-def _session_data(session: Session) -> dict[str, Any]:
-    return {
-        "id": session.id,
-        "key": session.key,
-        "platform": session.platform,
-        "chat_type": session.chat_type,
-        "bot": session.bot.app_id if session.bot else None,
-        "chat_id": session.chat_id,
-        "user_id": session.user_id,
-        "user_name": session.user_name,
-        "web_user": session.web_user,
-        "parent": session.parent_id,
-        "tools": _tools_data(session),
-        "created_at": session.created_at.isoformat().replace("+00:00", "Z"),
-    }
-
-
-def _tools_data(session: Session) -> list[dict[str, Any]]:
-    return [
-        {"name": tool.name, "description": tool.description, "input_schema": tool.input_schema}
-        for tool in tools.tools_for(platform=session.platform, is_subagent=session.is_subagent)
-    ]
 
 
 def _validated(serializer_class, data) -> dict[str, Any]:
     serializer = serializer_class(data=data)
     serializer.is_valid(raise_exception=True)
     return serializer.validated_data
-
-
 
 
 def _body(request) -> Any:
@@ -59,7 +39,11 @@ def _body(request) -> Any:
 
 
 class SessionUpsertApi(APIView):
-    @extend_schema(operation_id="session_upsert", request=s.SessionUpsertInput, responses={200: s.SessionOutput, 201: s.SessionOutput})
+    @extend_schema(
+        operation_id="session_upsert",
+        request=s.SessionUpsertInput,
+        responses=schema.responses({200: s.SessionOutput, 201: s.SessionOutput}, *schema.BODY, "web_user_not_granted"),
+    )
     def post(self, request):
         data = _validated(s.SessionUpsertInput, _body(request))
         agent = request.user
@@ -68,75 +52,99 @@ class SessionUpsertApi(APIView):
         if "parent" in data:
             data["parent"] = selectors.session_get(agent=agent, session_ref=data["parent"])
         session, created = services.session_upsert(agent=agent, **data)
-        return Response(_session_data(session), status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+        return Response(s.SessionOutput.of(session), status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
 
 class SessionDetailApi(APIView):
-    @extend_schema(operation_id="session_read", responses=s.SessionOutput)
+    @extend_schema(operation_id="session_read", responses=schema.responses({200: s.SessionOutput}))
     def get(self, request, session_id: str):
-        return Response(_session_data(selectors.session_get(agent=request.user, session_ref=session_id)))
+        return Response(s.SessionOutput.of(selectors.session_get(agent=request.user, session_ref=session_id)))
 
 
 class SessionToolsApi(APIView):
-    @extend_schema(operation_id="session_tools", responses=s.ToolSerializer(many=True))
+    @extend_schema(operation_id="session_tools", responses=schema.responses({200: s.ToolOutput(many=True)}))
     def get(self, request, session_id: str):
-        return Response(_tools_data(selectors.session_get(agent=request.user, session_ref=session_id)))
+        session = selectors.session_get(agent=request.user, session_ref=session_id)
+        return Response([s.ToolOutput.of(tool) for tool in s.offered_tools(session)])
 
 
 class SessionMessageApi(APIView):
-    @extend_schema(operation_id="session_message", request=s.MessageInput, responses=s.RecoverOutput)
+    @extend_schema(
+        operation_id="session_message",
+        request=s.MessageInput,
+        responses=schema.responses({200: s.RecoverOutput}, *schema.BODY),
+    )
     def post(self, request, session_id: str):
         session = selectors.session_get(agent=request.user, session_ref=session_id)
         data = _validated(s.MessageInput, _body(request))
-        return Response({"invalidated": services.session_message(session=session, sender_id=data["sender_id"])})
+        invalidated = services.session_message(session=session, sender_id=data["sender_id"])
+        return Response(s.RecoverOutput.of({"invalidated": invalidated}))
 
 
 class SessionProgressApi(APIView):
     """The Feishu progress card of the session's current run (SPEC §6.1); asks mount on it."""
 
-    @extend_schema(operation_id="session_progress", request=s.ProgressInput, responses=s.ProgressOutput)
+    @extend_schema(
+        operation_id="session_progress",
+        request=s.ProgressInput,
+        responses=schema.responses({200: s.ProgressOutput}, *schema.BODY),
+    )
     def put(self, request, session_id: str):
         session = selectors.session_get(agent=request.user, session_ref=session_id)
         data = _validated(s.ProgressInput, _body(request))
         card = services.progress_put(session=session, **data)
-        return Response(selectors.progress_data(card))
+        return Response(s.ProgressOutput.of(card))
 
 
 class SessionRecoverApi(APIView):
-    @extend_schema(operation_id="session_recover", request=None, responses=s.RecoverOutput)
+    @extend_schema(
+        operation_id="session_recover",
+        request=None,
+        responses=schema.responses({200: s.RecoverOutput}, *schema.BODY),
+    )
     def post(self, request, session_id: str):
         session = selectors.session_get(agent=request.user, session_ref=session_id)
         _validated(s.NoInput, _body(request))
-        return Response({"invalidated": services.session_recover(session=session)})
+        return Response(s.RecoverOutput.of({"invalidated": services.session_recover(session=session)}))
 
 
 class AgentRecoverApi(APIView):
-    @extend_schema(operation_id="agent_recover", request=None, responses=s.RecoverOutput)
+    @extend_schema(
+        operation_id="agent_recover",
+        request=None,
+        responses=schema.responses({200: s.RecoverOutput}, *schema.BODY),
+    )
     def post(self, request):
         _validated(s.NoInput, _body(request))
-        return Response({"invalidated": services.agent_recover(agent=request.user)})
+        return Response(s.RecoverOutput.of({"invalidated": services.agent_recover(agent=request.user)}))
 
 
-def _ask_body(agent, ask_id: str, *, final: bool, wrap=None) -> dict[str, Any] | None:
-    """The ask as it is now; None while it is still open and the caller may keep waiting.
+def _ask_now(agent, ask_id: str, *, final: bool, deliver: bool, shape: Callable[[Ask], Any]) -> Any:
+    """The ask as it is now, rendered by ``shape``; None while it is still open and the caller
+    may keep waiting (``final`` False).
 
-    Handing a terminal ask's result to its agent delivers it (see services.ask_result_returned)."""
+    ``deliver`` (POST only): a terminal ask's result in this response counts as handed to its
+    agent (services.ask_result_returned: not webhooked again, its retention clock starts)."""
     ask = selectors.ask_get(agent=agent, ask_id=ask_id)
     if not final and ask.is_open:
         return None
-    services.ask_result_returned(ask=ask)
-    data = selectors.ask_data(ask)
-    return wrap(ask, data) if wrap else data
+    if deliver:
+        services.ask_result_returned(ask=ask)
+    return shape(ask)
 
 
-def _tool_call_data(ask: Ask, data: dict[str, Any]) -> dict[str, Any]:
-    return {"status": ask.status, "ask": data, "tool_result": (ask.result or {}).get("tool_result")}
+def _tool_call_data(ask: Ask) -> dict[str, Any]:
+    return s.ToolCallOutput.of({"status": ask.status, "ask": ask, "tool_result": (ask.result or {}).get("tool_result")})
 
 
 class ToolCallApi(APIView):
     """Run a tool call. With ``wait``, a blocking call waits up to that many seconds for its result."""
 
-    @extend_schema(operation_id="tool_call", request=s.ToolCallInput, responses=s.ToolCallOutput)
+    @extend_schema(
+        operation_id="tool_call",
+        request=s.ToolCallInput,
+        responses=schema.responses({200: s.ToolCallOutput}, *schema.BODY, "unknown_tool", "web_user_not_granted"),
+    )
     def post(self, request):
         data = _validated(s.ToolCallInput, _body(request))
         agent = request.user
@@ -151,26 +159,28 @@ class ToolCallApi(APIView):
             timeout_seconds=data.get("timeout_seconds"),
         )
         if outcome.ask is None:
-            return Response({"status": outcome.status, "ask": None, "tool_result": outcome.tool_result})
+            data = {"status": outcome.status, "ask": None, "tool_result": outcome.tool_result}
+            return Response(s.ToolCallOutput.of(data))
         ask = outcome.ask
-        response = Response(_ask_body(agent, ask.id, final=True, wrap=_tool_call_data))
+        response = Response(_ask_now(agent, ask.id, final=True, deliver=True, shape=_tool_call_data))
         if ask.is_open and data["wait"]:
             response.long_poll = LongPoll(
                 groups=[events.ask_group(ask.id)],
                 timeout=data["wait"],
-                again=lambda final: _ask_body(agent, ask.id, final=final, wrap=_tool_call_data),
+                again=lambda final: _ask_now(agent, ask.id, final=final, deliver=True, shape=_tool_call_data),
             )
         return response
 
 
 class AskListApi(APIView):
-    @extend_schema(operation_id="ask_list", 
+    @extend_schema(
+        operation_id="ask_list",
         parameters=[
             OpenApiParameter("session", str, description="Session id or key"),
             OpenApiParameter("status", str, enum=Ask.Status.values),
             OpenApiParameter("limit", int, description="1-200, default 50"),
         ],
-        responses=s.AskListOutput,
+        responses=schema.responses({200: s.AskListOutput}, *schema.QUERY),
     )
     def get(self, request):
         query = _validated(s.AskListQuery, request.query_params)
@@ -178,72 +188,111 @@ class AskListApi(APIView):
             selectors.session_get(agent=request.user, session_ref=query["session"]) if "session" in query else None
         )
         asks = selectors.ask_list(agent=request.user, session=session, status=query.get("status"))
-        return Response({"asks": [selectors.ask_data(ask) for ask in asks[: query["limit"]]]})
+        return Response(s.AskListOutput.of({"asks": asks[: query["limit"]]}))
 
 
 class AskDetailApi(APIView):
-    @extend_schema(operation_id="ask_read", responses=s.AskOutput)
+    """Read an ask. A terminal ask's result read here is not yet delivered: see POST /asks/{id}/wait."""
+
+    @extend_schema(operation_id="ask_read", responses=schema.responses({200: s.AskOutput}))
     def get(self, request, ask_id: str):
-        return Response(_ask_body(request.user, ask_id, final=True))
+        return Response(s.AskOutput.of(selectors.ask_get(agent=request.user, ask_id=ask_id)))
 
 
 class AskWaitApi(APIView):
-    """Long-poll (≤ 60 s) until the ask is terminal; returns the ask either way."""
+    """Long-poll (≤ 60 s) until the ask is terminal; returns the ask either way.
 
-    @extend_schema(operation_id="ask_wait", parameters=[OpenApiParameter("timeout", int, description="0-60 seconds, default 30")], responses=s.AskOutput)
+    GET only reads. POST also takes delivery: a terminal ask's result in its response counts as
+    handed over (its ask.closed event is not webhooked; the answers' retention clock starts), as
+    a result in the tools/call response does. ``POST {"timeout": 0}`` takes it without waiting."""
+
+    @extend_schema(
+        operation_id="ask_wait",
+        parameters=[OpenApiParameter("timeout", int, description="0-60 seconds, default 30")],
+        responses=schema.responses({200: s.AskOutput}, *schema.QUERY),
+    )
     def get(self, request, ask_id: str):
         query = _validated(s.WaitQuery, request.query_params)
-        agent = request.user
-        response = Response(_ask_body(agent, ask_id, final=True))
-        if response.data["status"] in Ask.OPEN and query["timeout"]:
+        return self._wait(request.user, ask_id, query["timeout"], deliver=False)
+
+    @extend_schema(
+        operation_id="ask_wait_deliver",
+        request=s.WaitInput,
+        responses=schema.responses({200: s.AskOutput}, *schema.BODY),
+    )
+    def post(self, request, ask_id: str):
+        data = _validated(s.WaitInput, _body(request))
+        return self._wait(request.user, ask_id, data["timeout"], deliver=True)
+
+    @staticmethod
+    def _wait(agent, ask_id: str, timeout: int, *, deliver: bool) -> Response:
+        response = Response(_ask_now(agent, ask_id, final=True, deliver=deliver, shape=s.AskOutput.of))
+        if response.data["status"] in Ask.OPEN and timeout:
             response.long_poll = LongPoll(
                 groups=[events.ask_group(ask_id)],
-                timeout=query["timeout"],
-                again=lambda final: _ask_body(agent, ask_id, final=final),
+                timeout=timeout,
+                again=lambda final: _ask_now(agent, ask_id, final=final, deliver=deliver, shape=s.AskOutput.of),
             )
         return response
 
 
 class AskCancelApi(APIView):
-    @extend_schema(operation_id="ask_cancel", request=s.CancelInput, responses=s.AskOutput)
+    @extend_schema(
+        operation_id="ask_cancel",
+        request=s.CancelInput,
+        responses=schema.responses({200: s.AskOutput}, *schema.BODY, "ask_not_pending"),
+    )
     def post(self, request, ask_id: str):
         data = _validated(s.CancelInput, _body(request))
         ask = selectors.ask_get(agent=request.user, ask_id=ask_id)
         if not services.ask_cancel(ask=ask, reason=data["reason"], actor=f"agent:{request.user.name}"):
             ask.refresh_from_db()
             raise AskNotPending(f"ask {ask.id} is already {ask.status} ({ask.reason}); nothing was cancelled")
-        return Response(_ask_body(request.user, ask_id, final=True))
+        return Response(_ask_now(request.user, ask_id, final=True, deliver=True, shape=s.AskOutput.of))
 
 
-def _events_body(agent, after: int, limit: int, *, final: bool) -> dict[str, Any] | None:
+def _events_page(agent, after: int, limit: int, *, final: bool) -> dict[str, Any] | None:
     page = selectors.events_after(agent=agent, after=after, limit=limit)
     if not page and not final:
         return None
-    last = page[-1].seq if page else after
-    return {"events": [selectors.event_data(event) for event in page], "last_seq": last}
+    return s.EventsOutput.of({"events": page, "last_seq": page[-1].seq if page else after})
 
 
 class EventsApi(APIView):
-    """The agent's events after ``after``; asking for ``after=N`` acknowledges every event up to N."""
+    """The agent's events after ``after``. Reading acknowledges nothing: POST /events/ack does."""
 
-    @extend_schema(operation_id="events_read", 
+    @extend_schema(
+        operation_id="events_read",
         parameters=[
-            OpenApiParameter("after", int, description="Last seq you have; acknowledges it and everything before"),
+            OpenApiParameter("after", int, description="Return events after this seq (the last you have); default 0"),
             OpenApiParameter("wait", int, description="Long-poll up to this many seconds (0-60) when nothing is new"),
             OpenApiParameter("limit", int, description="1-500, default 100"),
         ],
-        responses=s.EventsOutput,
+        responses=schema.responses({200: s.EventsOutput}, *schema.QUERY),
     )
     def get(self, request):
         query = _validated(s.EventsQuery, request.query_params)
         agent, after, limit = request.user, query["after"], query["limit"]
-        if after:
-            services.events_acknowledge(agent=agent, upto=after)
-        response = Response(_events_body(agent, after, limit, final=True))
+        response = Response(_events_page(agent, after, limit, final=True))
         if not response.data["events"] and query["wait"]:
             response.long_poll = LongPoll(
                 groups=[events.agent_group(agent.pk)],
                 timeout=query["wait"],
-                again=lambda final: _events_body(agent, after, limit, final=final),
+                again=lambda final: _events_page(agent, after, limit, final=final),
             )
         return response
+
+
+class EventsAckApi(APIView):
+    """The agent has handled its events up to ``upto``: they count as delivered (not webhooked
+    again; the results they carry start their retention clock). Acknowledging again is harmless."""
+
+    @extend_schema(
+        operation_id="events_ack",
+        request=s.EventsAckInput,
+        responses=schema.responses({200: s.EventsAckOutput}, *schema.BODY),
+    )
+    def post(self, request):
+        data = _validated(s.EventsAckInput, _body(request))
+        acknowledged = services.events_acknowledge(agent=request.user, upto=data["upto"])
+        return Response(s.EventsAckOutput.of({"acknowledged": acknowledged}))

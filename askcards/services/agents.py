@@ -148,8 +148,9 @@ def bot_add(*, platform: str, app_id: str, app_secret: str, base_url: str = "", 
 
 
 def events_acknowledge(*, agent: Agent, upto: int) -> int:
-    """The agent read its event feed up to ``upto``: those events are delivered (and the results
-    they carry start their retention clock)."""
+    """The agent acknowledged its events up to ``upto`` (``POST /events/ack``; reading the feed
+    is a GET and changes nothing): those events are delivered, not webhooked again, and the
+    results they carry start their retention clock."""
     return outbox.acknowledge(agent=agent, upto=upto)
 
 

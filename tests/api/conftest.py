@@ -15,7 +15,7 @@ from rest_framework.test import APIClient
 from askcards import services
 from askcards.api import urls as api_urls
 from askcards.models import Ask, OutboxEvent, Respondent, Session
-from tests.conftest import QUESTIONS
+from tests.conftest import QUESTIONS, answer_for
 
 PREFIX = "/api/v1/"
 METHODS = ("get", "post", "put", "patch", "delete")
@@ -97,6 +97,8 @@ def valid_body(name: str, *, session: Session | None = None) -> Any:
             "name": "ask_user_questions",
             "arguments": {"questions": QUESTIONS},
         }
+    if name == "events-ack":
+        return {"upto": 0}
     return {}
 
 
@@ -151,3 +153,59 @@ def other_ask(other_agent, other_session) -> Ask:
     )
     assert outcome.status == "pending"
     return outcome.ask
+
+
+@pytest.fixture
+def feishu_session(agent) -> Session:
+    """A Feishu p2p session whose bot is never called: progress reports only store the card."""
+    bot = services.bot_add(platform="feishu", app_id="cli_api", app_secret="secret", base_url="http://127.0.0.1:9")
+    session, _ = services.session_upsert(agent=agent, key="feishu-cli_api-private-ou_alice", bot=bot)
+    return session
+
+
+@pytest.fixture
+def world(agent, pending_ask, feishu_session) -> dict[str, Any]:
+    """One of everything the API shows: a pending ask; an answered one (event 1) and a cancelled
+    one (event 2) whose results are not yet delivered; a Feishu session whose person cancelled its
+    progress card (event 3, session.cancel_requested); a sub-agent session."""
+    session = pending_ask.session
+    arguments = {"questions": QUESTIONS}
+    answered, cancelled = (
+        services.tool_call(agent=agent, session=session, name="ask_user_questions", arguments=arguments).ask
+        for _ in range(2)
+    )
+    assert services.ask_answer(ask_id=answered.id, answers=answer_for(custom="MySQL"), surface="test").accepted
+    assert services.ask_cancel(ask=cancelled, actor="agent:agent-a")
+    card = services.progress_put(session=feishu_session, status="running", title="Release", content="Tests are green")
+    assert services.session_cancel_request(card=card, actor="feishu:ou_alice")
+    subagent, _ = services.session_upsert(agent=agent, key="web/alice/sub", platform="web", parent=session)
+    return {
+        "session": session,
+        "feishu_session": feishu_session,
+        "subagent": subagent,
+        "pending": pending_ask,
+        "answered": answered,
+        "cancelled": cancelled,
+        "last_seq": 3,
+    }
+
+
+@pytest.fixture
+def dingtalk_collection(agent, settings):
+    """A targeted DingTalk collection (fields, a group target) one of three people answered: an
+    ask.progress event. Its cards go to a fake DingTalk server."""
+    from django.core.cache import cache
+
+    from tests.dingtalk.integration import FIELDS, click, create, make_bot, make_session
+    from tests.fakes.dingtalk import FakeDingTalk
+
+    settings.ASKCARDS_SURFACES = [*settings.ASKCARDS_SURFACES, "askcards.surfaces.dingtalk.surface.DingTalkSurface"]
+    cache.clear()  # no DingTalk token of another test's fake server
+    with FakeDingTalk() as fake:
+        bot = make_bot(fake)
+        session = make_session(agent, bot)
+        target = {"type": "group", "id": "cid_team", "respondentUserIds": ["staff_b", "staff_c"]}
+        outcome, _ = create(agent, session, {"fields": FIELDS, "title": "午餐", "target": target, "timeoutMinutes": 30})
+        click(bot, outcome.ask, "staff_b", form={"dish": {"index": 0, "value": "a"}})
+        yield outcome.ask
+    cache.clear()

@@ -400,10 +400,43 @@ def test_events_after_last_seq_returns_nothing_new(api, closed_ask):
     assert (response.status_code, response.json()) == (200, {"events": [], "last_seq": 1})
 
 
-def test_events_after_seq_marks_it_delivered(api, closed_ask):
+def test_events_after_seq_acknowledges_nothing(api, closed_ask):
     send(api, "GET", "/api/v1/events", query={"after": "1"})
-    assert OutboxEvent.objects.get(seq=1).delivered_at is not None
+    assert OutboxEvent.objects.get(seq=1).delivered_at is None
+    assert Ask.objects.get(pk=closed_ask.pk).result_delivered_at is None
+
+
+def test_events_ack_marks_the_events_and_their_results_delivered(api, closed_ask):
+    response = send(api, "POST", "/api/v1/events/ack", {"upto": 1})
+    assert (response.status_code, response.json()) == (200, {"acknowledged": 1})
+    event = OutboxEvent.objects.get(seq=1)
+    assert (event.delivered_at is not None, event.delivered_via) == (True, "feed")
     assert Ask.objects.get(pk=closed_ask.pk).result_delivered_at is not None
+
+
+def test_events_ack_leaves_later_events_undelivered(api, agent, closed_ask, present_session):
+    later = services.tool_call(
+        agent=agent, session=present_session, name="ask_user_questions", arguments={"questions": QUESTIONS}
+    ).ask
+    services.ask_cancel(ask=later, actor="agent:agent-a")
+    assert send(api, "POST", "/api/v1/events/ack", {"upto": 1}).json() == {"acknowledged": 1}
+    assert OutboxEvent.objects.get(seq=2).delivered_at is None
+    assert Ask.objects.get(pk=later.pk).result_delivered_at is None
+
+
+def test_events_ack_again_acknowledges_nothing_more(api, closed_ask):
+    send(api, "POST", "/api/v1/events/ack", {"upto": 1})
+    assert send(api, "POST", "/api/v1/events/ack", {"upto": 1}).json() == {"acknowledged": 0}
+
+
+def test_acknowledged_events_are_not_webhooked(api, agent, pending_ask):
+    from askcards import outbox
+
+    agent.webhook_url = "http://127.0.0.1:9/unused"
+    agent.save(update_fields=["webhook_url"])
+    services.ask_answer(ask_id=pending_ask.id, answers=answer_for(), surface="web")
+    send(api, "POST", "/api/v1/events/ack", {"upto": 1})
+    assert outbox.deliver_due() == 0
 
 
 def test_events_after_returns_only_later_events(api, agent, closed_ask, present_session):
@@ -469,11 +502,32 @@ def test_failed_tool_call_result_is_not_webhooked_again(api, agent, web_session)
     assert [e["seq"] for e in api.get("/api/v1/events?after=0").json()["events"]] == [event.seq]
 
 
-def test_answer_read_through_api_is_not_webhooked_again(api, agent, pending_ask):
+def test_answer_read_through_get_stays_undelivered(api, agent, pending_ask):
+    """A GET changes nothing: the ask.closed event still goes out by webhook."""
     agent.webhook_url = "http://127.0.0.1:9/unused"
     agent.save(update_fields=["webhook_url"])
     services.ask_answer(ask_id=pending_ask.id, answers=answer_for(), surface="web")
     assert api.get(f"/api/v1/asks/{pending_ask.id}").json()["status"] == "answered"
+    assert api.get(f"/api/v1/asks/{pending_ask.id}/wait?timeout=0").json()["status"] == "answered"
     event = OutboxEvent.objects.get(ask=pending_ask)
-    assert event.delivered_via == "response"
+    assert (event.delivered_at, event.next_attempt_at is not None) == (None, True)
+    assert Ask.objects.get(pk=pending_ask.pk).result_delivered_at is None
+
+
+def test_answer_taken_through_post_wait_is_not_webhooked_again(api, agent, pending_ask):
+    from askcards import outbox
+
+    agent.webhook_url = "http://127.0.0.1:9/unused"
+    agent.save(update_fields=["webhook_url"])
+    services.ask_answer(ask_id=pending_ask.id, answers=answer_for(), surface="web")
+    response = send(api, "POST", f"/api/v1/asks/{pending_ask.id}/wait", {"timeout": 0})
+    assert (response.status_code, response.json()["status"]) == (200, "answered")
+    event = OutboxEvent.objects.get(ask=pending_ask)
+    assert (event.delivered_via, outbox.deliver_due()) == ("response", 0)
     assert Ask.objects.get(pk=pending_ask.pk).result_delivered_at is not None
+
+
+def test_post_wait_on_an_open_ask_returns_it_and_delivers_nothing(api, pending_ask):
+    response = send(api, "POST", f"/api/v1/asks/{pending_ask.id}/wait", {"timeout": 5})
+    assert (response.status_code, response.json()["status"]) == (200, "pending")
+    assert Ask.objects.get(pk=pending_ask.pk).result_delivered_at is None

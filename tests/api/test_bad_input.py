@@ -42,8 +42,10 @@ def test_endpoint_table_covers_the_spec_endpoints():
         ("GET", "asks"),
         ("GET", "asks/<ask_id>"),
         ("GET", "asks/<ask_id>/wait"),
+        ("POST", "asks/<ask_id>/wait"),
         ("POST", "asks/<ask_id>/cancel"),
         ("GET", "events"),
+        ("POST", "events/ack"),
     }
 
 
@@ -202,12 +204,21 @@ WRONG_TYPES = [
     ("ask-cancel", {"reason": "bogus"}, "reason"),
     ("ask-cancel", {"reason": "by_operator"}, "reason"),
     ("ask-cancel", {"reason": 5}, "reason"),
+    ("POST ask-wait", {"timeout": "5"}, "timeout"),
+    ("POST ask-wait", {"timeout": 61}, "timeout"),
+    ("POST ask-wait", {"timeout": True}, "timeout"),
+    ("events-ack", {"upto": "1"}, "upto"),
+    ("events-ack", {"upto": -1}, "upto"),
+    ("events-ack", {"upto": 1.5}, "upto"),
+    ("events-ack", {"upto": None}, "upto"),
 ]
-MISSING_FIELDS = [("tool-call", field) for field in ("session", "name", "arguments")]
+MISSING_FIELDS = [("tool-call", field) for field in ("session", "name", "arguments")] + [("events-ack", "upto")]
 
 
 def _endpoint(name: str) -> tuple[str, str, str]:
-    return next(endpoint for endpoint in ENDPOINTS if endpoint[2] == name)
+    """The endpoint of a URL name ("ask-wait": its first method; "POST ask-wait": that method)."""
+    method, _, name = name.rpartition(" ")
+    return next(endpoint for endpoint in ENDPOINTS if endpoint[2] == name and method in ("", endpoint[0]))
 
 
 def _body_for(name: str, session: Session, override: dict) -> dict:
