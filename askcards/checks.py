@@ -7,6 +7,7 @@ from django.core.checks import Error, Tags, Warning, register
 from django.db import connections
 
 from . import crypto
+from .db import statements
 
 
 @register()
@@ -50,15 +51,13 @@ def _undecryptable(alias: str, model, label_fields: tuple[str, ...], secret_fiel
     table = model._meta.db_table
     if table not in connection.introspection.table_names():
         return []  # not migrated yet (e.g. check during the first migrate)
-    quote = connection.ops.quote_name
     with connection.cursor() as cursor:
         # `migrate` runs this check before migrating: a secret column added by a pending migration
         # is not there yet (nothing stored in it either).
         present = {column.name for column in connection.introspection.get_table_description(cursor, table)}
-        secret_fields = tuple(name for name in secret_fields if model._meta.get_field(name).column in present)
-        columns = [model._meta.get_field(name).column for name in label_fields + secret_fields]
-        cursor.execute(f"SELECT {', '.join(map(quote, columns))} FROM {quote(table)}")
-        rows = cursor.fetchall()
+    secret_fields = tuple(name for name in secret_fields if model._meta.get_field(name).column in present)
+    columns = [model._meta.get_field(name).column for name in label_fields + secret_fields]
+    rows = statements.stored_values(connection, model, columns)
     found = []
     for row in rows:
         labels, tokens = row[: len(label_fields)], row[len(label_fields) :]
