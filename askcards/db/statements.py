@@ -94,14 +94,23 @@ def outbox_event_insert(*, agent_id: int, **values: Any) -> None:
             if cursor.rowcount != 1:
                 raise Agent.DoesNotExist(f"no agent {agent_id} to append an event for")
         return
+    seq, webhook_url = agent_event_seq_bump(agent_id)
+    append_row(OutboxEvent, **{**values, "seq": seq, "next_attempt_at": values.get("next_attempt_at") if webhook_url else None})
+
+
+def agent_event_seq_bump(agent_id: int) -> tuple[int, str]:
+    """Add one to the agent's ``event_seq``: the new number and the agent's webhook URL. The row
+    stays locked until the caller's transaction ends. Raises ``Agent.DoesNotExist``."""
+    from askcards.models import Agent
+
+    connection = _connection_for(Agent)
     with connection.cursor() as cursor:
-        # One statement bumps and reads the counter (RETURNING: SQLite ≥ 3.35).
+        # One statement bumps and reads the counter (RETURNING: SQLite ≥ 3.35 and PostgreSQL).
         cursor.execute(_bump_sql(connection.alias), [agent_id])
         bumped = cursor.fetchone()
     if bumped is None:
         raise Agent.DoesNotExist(f"no agent {agent_id} to append an event for")
-    seq, webhook_url = bumped
-    append_row(OutboxEvent, **{**values, "seq": seq, "next_attempt_at": values.get("next_attempt_at") if webhook_url else None})
+    return bumped[0], bumped[1]
 
 
 @functools.lru_cache(maxsize=None)
@@ -225,20 +234,3 @@ def _mark_sql(alias: str) -> str:
         f"WHERE {progress_card_id} = (SELECT {card_id} FROM {quote(connection, ProgressCard._meta.db_table)} "
         f"WHERE {session_id} = %s ORDER BY {card_id} DESC LIMIT 1)"
     )
-
-
-# ---------------------------------------------------------------------------- system checks
-
-
-def stored_values(connection: BaseDatabaseWrapper, model: type[models.Model], columns: list[str]) -> list[tuple[Any, ...]]:
-    """Every row's ``columns`` of ``model``'s table as stored, with no field conversion.
-
-    For the stored-secrets check: the ORM would decrypt each secret on the way out (and raise on
-    one the current key cannot read), and ``migrate`` runs the check while a column of a pending
-    migration is still missing, so only the columns the caller found present are read."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT {', '.join(quote(connection, column) for column in columns)} "
-            f"FROM {quote(connection, model._meta.db_table)}"
-        )
-        return cursor.fetchall()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from askcards import services
@@ -162,14 +162,3 @@ def test_progress_card_mark_bumps_again_on_each_call(web_session, message):
 
 def test_progress_card_mark_without_a_card_marks_nothing(web_session):
     assert statements.progress_card_mark(session_id=web_session.pk) == 0
-
-
-# ---------------------------------------------------------------------------- system checks
-
-
-def test_stored_values_reads_secrets_as_stored(feishu_bot):
-    rows = statements.stored_values(connection, Bot, ["app_id", "app_secret"])
-    assert len(rows) == 1
-    app_id, stored_secret = rows[0]
-    assert app_id == "cli_statements"
-    assert stored_secret and "app-secret-PLAINTEXT" not in stored_secret
