@@ -95,7 +95,7 @@ def outbox_event_insert(*, agent_id: int, **values: Any) -> None:
                 raise Agent.DoesNotExist(f"no agent {agent_id} to append an event for")
         return
     seq, webhook_url = agent_event_seq_bump(agent_id)
-    append_row(OutboxEvent, **{**values, "seq": seq, "next_attempt_at": values.get("next_attempt_at") if webhook_url else None})
+    OutboxEvent.objects.create(**{**values, "seq": seq, "next_attempt_at": values.get("next_attempt_at") if webhook_url else None})
 
 
 def agent_event_seq_bump(agent_id: int) -> tuple[int, str]:
