@@ -1,10 +1,11 @@
 """Every hand-written SQL statement of askcards, with the one way a name is quoted in them.
 
-The ORM writes every other statement. A statement is written out here only where the ORM cannot
-say it, or where writing it out was measured to matter on a hot path: tests/bench/README.md
-("Hand-written statements") has the figures, and one whose gain was under about 5 % of the path it
-serves went back to the ORM. Each function builds its text once per database (cached by the
-connection's alias) and runs it on that connection; names in the text go through ``quote`` only.
+The ORM writes every other statement. A statement is written out only where that was measured to
+matter on a hot path, against the ORM code it replaces (``tests/bench/bench_statements.py``; the
+figures, and the statements that went back to the ORM for gaining less than about 5 % of their
+path, are in tests/bench/README.md, "Hand-written statements"). Each function builds its text once
+per database (cached by the connection's alias) and runs it on that connection; names in the text
+go through ``quote`` only.
 """
 from __future__ import annotations
 
@@ -49,11 +50,10 @@ def row_values(model: type[models.Model], connection: BaseDatabaseWrapper, **val
 
 
 def append_row(model: type[models.Model], **values: Any) -> None:
-    """INSERT one row of an append-only table (audit and outbox rows), without reading it back.
+    """INSERT one row of an append-only table (the audit rows), without reading it back.
 
-    Stores what ``model.objects.create(**values)`` stores (tests/db proves it per model). The
-    statement is built once per model and database instead of by the ORM's compiler on every call:
-    every answer appends such rows inside its transaction."""
+    Stores what ``model.objects.create(**values)`` stores (tests/db proves it), with the statement
+    built once per model and database instead of by the ORM's compiler on every call."""
     connection = _connection_for(model)
     _, params = row_values(model, connection, **values)
     with connection.cursor() as cursor:
@@ -85,8 +85,11 @@ def outbox_event_insert(*, agent_id: int, **values: Any) -> None:
     connection = _connection_for(OutboxEvent)
     values = {**values, "agent_id": agent_id, "seq": 0}
     if connection.vendor == "postgresql":
-        # One statement bumps the counter and inserts the event: the lock is taken one round trip
-        # (and, under load, one wait for the GIL) later. SQLite allows no UPDATE inside WITH.
+        # One statement bumps the counter and inserts the event: no round trip (and, under load,
+        # no wait for the GIL) while this transaction holds the agent's row, which every answer to
+        # the agent's asks needs. Split into the bump and the ORM's INSERT, 8 concurrent Feishu
+        # submits went 8–21 % slower (tests/bench/README.md). SQLite allows no UPDATE inside WITH,
+        # and runs one write transaction at a time anyway.
         columns, params = row_values(OutboxEvent, connection, **values)
         del params[columns.index("seq")]  # the bumped counter takes its place
         with connection.cursor() as cursor:
@@ -146,34 +149,6 @@ def _bump_and_insert_sql(alias: str) -> str:
     return (
         f"WITH bumped AS ({_bump_sql(alias)}) INSERT INTO {quote(connection, OutboxEvent._meta.db_table)} "
         f"({', '.join(quote(connection, field.column) for field in fields)}) SELECT {', '.join(values)} FROM bumped"
-    )
-
-
-# ---------------------------------------------------------------------- platform callbacks
-
-
-def callback_receipt_insert(*, platform: str, event_id: str, created_at: datetime) -> bool:
-    """Record a platform callback's event id; False when that (platform, event id) is already there.
-
-    One ``INSERT … ON CONFLICT DO NOTHING`` (SQLite and PostgreSQL): no savepoint needed inside
-    the caller's transaction, and a concurrent duplicate waits for the first and then inserts nothing."""
-    from askcards.models import CallbackReceipt
-
-    connection = _connection_for(CallbackReceipt)
-    with connection.cursor() as cursor:
-        cursor.execute(_receipt_sql(connection.alias), [platform, event_id, _db_datetime(connection, created_at)])
-        return cursor.rowcount == 1
-
-
-@functools.lru_cache(maxsize=None)
-def _receipt_sql(alias: str) -> str:
-    from askcards.models import CallbackReceipt
-
-    connection = connections[alias]
-    platform, event_id, created_at = (quote(connection, name) for name in ("platform", "event_id", "created_at"))
-    return (
-        f"INSERT INTO {quote(connection, CallbackReceipt._meta.db_table)} ({platform}, {event_id}, {created_at}) "
-        f"VALUES (%s, %s, %s) ON CONFLICT ({platform}, {event_id}) DO NOTHING"
     )
 
 

@@ -1,6 +1,7 @@
 """Each hand-written statement (``askcards.db.statements``) against the plain ORM code it replaces.
 
-    .venv/bin/python -m tests.bench.bench_statements [--calls 1000] [--rounds 7] [--targets sqlite,postgres]
+    .venv/bin/python -m tests.bench.bench_statements [--calls 1000] [--rounds 7] [--submits 1600]
+        [--threads 1] [--orm outbox,mark,claim] [--only TEXT] [--targets sqlite,postgres]
 
 Run from the project directory. Per target, a process of its own with a temporary data dir
 (``sqlite``: the embedded SQLite file; ``postgres``: the database ``askcards_bench_statements`` on
@@ -10,7 +11,13 @@ statements) runs, in each round, every statement ``--calls`` times hand-written 
 median over the rounds of the wall time and of this process's CPU time, the ORM's extra time, and
 each figure over the yardstick's: a one-row ORM read by primary key (``Ask.objects.filter(pk=…)
 .exists()``) timed the same way, i.e. what this machine does per statement right then.
-The last line is the figures as JSON (for tests/bench/README.md).
+
+Then the whole paths the statements serve, in the same process: ``--submits`` signed and encrypted
+Feishu submits (``callbacks.feishu_handle``, ``--threads`` at once) and the card pushes they cause
+(``FeishuSurface.sync_due`` against ``tests.bench.feishu_stub``), in chunks alternating between the
+code as written and the code with the ``--orm`` statements written by the ORM (patched in; one
+name, e.g. ``--orm outbox-insert``, measures one statement end to end). Each statement's extra CPU
+is printed as a share of its path. The last line is the figures as JSON (for tests/bench/README.md).
 """
 from __future__ import annotations
 
@@ -47,13 +54,12 @@ def pg_admin(sql: str) -> None:
 def pairs(calls: int) -> list[tuple[str, Callable[[str], Callable[[int], Any]], Callable[[str], Callable[[int], Any]], Callable[[], None]]]:
     """(name, hand-written, ORM, reset) per statement. Each of the first two takes a run label and
     returns the call to time (taking the call's number); reset runs untimed before each run."""
-    from django.db import IntegrityError, transaction
     from django.db.models import F, Q, Subquery
     from django.utils import timezone
 
     from askcards import services
     from askcards.db import statements
-    from askcards.models import Agent, Ask, AskEvent, CallbackReceipt, CardMessage, OutboxEvent, ProgressCard
+    from askcards.models import Agent, Ask, CardMessage, OutboxEvent, ProgressCard
 
     agent, _ = services.agent_create(name="bench")
     Agent.objects.filter(pk=agent.pk).update(webhook_url="https://agent.example.com/hook")
@@ -79,15 +85,6 @@ def pairs(calls: int) -> list[tuple[str, Callable[[str], Callable[[int], Any]], 
 
     def unclaim() -> None:
         CardMessage.objects.filter(message_id__startswith="om_claim_").update(next_sync_at=None)
-
-    # The audit row of every transition (services._audit).
-    def audit_hand(_label):
-        return lambda i: statements.append_row(AskEvent, ask_id=ask.pk, kind="closed", from_status="pending",
-                                               to_status="answered", actor="respondent:ou_x", surface="feishu", detail=detail)
-
-    def audit_orm(_label):
-        return lambda i: AskEvent.objects.create(ask_id=ask.pk, kind="closed", from_status="pending",
-                                                 to_status="answered", actor="respondent:ou_x", surface="feishu", detail=detail)
 
     # outbox.append: bump the agent's counter, insert the event with it.
     def outbox_hand(_label):
@@ -118,20 +115,6 @@ def pairs(calls: int) -> list[tuple[str, Callable[[str], Callable[[int], Any]], 
         def call(i):
             Agent.objects.filter(pk=agent.pk).update(event_seq=F("event_seq") + 1)
             return Agent.objects.filter(pk=agent.pk).values_list("event_seq", "webhook_url").get()
-        return call
-
-    # services.callback_receipt, inside the callback's transaction; a new event id each time.
-    def receipt_hand(label):
-        return lambda i: statements.callback_receipt_insert(platform="feishu", event_id=f"{label}-{i}", created_at=timezone.now())
-
-    def receipt_orm(label):
-        def call(i):
-            try:
-                with transaction.atomic():
-                    CallbackReceipt.objects.create(platform="feishu", event_id=f"{label}-{i}")
-                return True
-            except IntegrityError:
-                return False
         return call
 
     # FeishuSurface.mark: one more render of the session's latest progress card.
@@ -168,11 +151,9 @@ def pairs(calls: int) -> list[tuple[str, Callable[[str], Callable[[int], Any]], 
 
     return [
         ("yardstick: one-row ORM read by pk", yardstick, yardstick, nothing),
-        ("audit row: append_row(AskEvent)", audit_hand, audit_orm, nothing),
         ("outbox event: bump seq + insert", outbox_hand, outbox_orm, nothing),
         ("outbox, its INSERT: hand / ORM create", outbox_hand, outbox_bump_then_create, nothing),
         ("outbox, its bump: hand / ORM update+read", bump_hand, bump_orm, nothing),
-        ("callback receipt: insert or not", receipt_hand, receipt_orm, nothing),
         ("Feishu mark: latest card version + 1", mark_hand, mark_orm, nothing),
         ("card claim: conditional UPDATE", claim_hand, claim_orm, unclaim),
     ]
@@ -195,23 +176,6 @@ def timed(make: Callable[[str], Callable[[int], Any]], label: str, calls: int) -
 
 
 # ----------------------------------------------------------- whole submits and pushes, A/B
-
-
-def _orm_callback_receipt(*, platform: str, event_id: str) -> bool:
-    from django.db import IntegrityError, transaction
-
-    from askcards.models import CallbackReceipt
-
-    try:
-        with transaction.atomic():
-            CallbackReceipt.objects.create(platform=platform, event_id=event_id[:200])
-        return True
-    except IntegrityError:
-        return False
-
-
-def _orm_append_row(model, **values) -> None:
-    model.objects.create(**values)
 
 
 def _orm_outbox_event_insert(*, agent_id: int, **values) -> None:
@@ -259,7 +223,7 @@ def _split_outbox_event_insert(*, agent_id: int, **values) -> None:
     OutboxEvent.objects.create(**{**values, "agent_id": agent_id, "seq": seq})
 
 
-ORM_NAMES = ("audit", "outbox", "outbox-insert", "receipt", "mark", "claim")
+ORM_NAMES = ("outbox", "outbox-insert", "mark", "claim")
 
 
 def orm_patches(names: set[str]) -> list[tuple[Any, str, Any]]:
@@ -267,13 +231,11 @@ def orm_patches(names: set[str]) -> list[tuple[Any, str, Any]]:
     paths: wherever the statement's function is bound in askcards' modules (``from … import``
     included), and the call sites that still write their statement out themselves.
     ``outbox-insert`` keeps the hand-written bump and inserts the event by the ORM."""
-    from askcards import services, surfaces
+    from askcards import surfaces
     from askcards.db import statements
     from askcards.surfaces.feishu.surface import FeishuSurface
 
     replacements = {}
-    if "audit" in names:
-        replacements[statements.append_row] = _orm_append_row
     if "outbox" in names or "outbox-insert" in names:
         replacements[statements.outbox_event_insert] = (
             _orm_outbox_event_insert if "outbox" in names else _split_outbox_event_insert
@@ -288,7 +250,6 @@ def orm_patches(names: set[str]) -> list[tuple[Any, str, Any]]:
     patches += [
         patch
         for key, patch in (
-            ("receipt", (services, "callback_receipt", _orm_callback_receipt)),
             ("mark", (FeishuSurface, "mark", _orm_feishu_mark)),
             ("claim", (surfaces, "claim_card_message", _orm_claim_card_message)),
         )
@@ -452,13 +413,11 @@ def measure(calls: int, rounds: int, submits: int, stub_base: str, orm: set[str]
     return figures
 
 
-# Hand-written statements per Feishu submit (receipt, audit row, outbox event, mark) and per push.
+# Hand-written statements per Feishu submit (the outbox event, the mark) and per card push (the claim).
 PER_SUBMIT = {
-    "audit row: append_row(AskEvent)": ("submit", 1),
     "outbox event: bump seq + insert": ("submit", 1),
     "outbox, its INSERT: hand / ORM create": ("submit", 1),
     "outbox, its bump: hand / ORM update+read": ("submit", 1),
-    "callback receipt: insert or not": ("submit", 1),
     "Feishu mark: latest card version + 1": ("submit", 1),
     "card claim: conditional UPDATE": ("push", 1),
 }
@@ -533,7 +492,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7, help="rounds (the median is printed), default 7")
     parser.add_argument("--submits", type=int, default=1600,
                         help="Feishu submits (and as many pushes) in all for the whole-path figures, 0 for none; default 1600")
-    parser.add_argument("--orm", default="audit,outbox,receipt,mark,claim",
+    parser.add_argument("--orm", default="outbox,mark,claim",
                         help=f"whole paths: the statements the ORM variant writes by the ORM, of {','.join(ORM_NAMES)}; "
                         "default all but outbox-insert")
     parser.add_argument("--threads", type=int, default=1, help="whole paths: submits at once, default 1")

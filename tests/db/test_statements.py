@@ -8,10 +8,9 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
-from askcards import services
+from askcards import outbox, services
 from askcards.db import statements
-from askcards.models import Agent, Bot, CallbackReceipt, CardMessage, OutboxEvent, ProgressCard
-from tests.db.test_append_row import stored_columns
+from askcards.models import Agent, Bot, CardMessage, OutboxEvent, ProgressCard
 
 
 @pytest.fixture
@@ -22,44 +21,21 @@ def feishu_bot(db) -> Bot:
 # ------------------------------------------------------------------------------- the outbox
 
 
-def test_outbox_event_insert_numbers_an_agents_events_one_after_another(agent, other_agent):
-    for _ in range(3):
-        statements.outbox_event_insert(agent_id=agent.pk, type=OutboxEvent.Type.ASK_PROGRESS)
-    statements.outbox_event_insert(agent_id=other_agent.pk, type=OutboxEvent.Type.ASK_PROGRESS)
-    assert list(OutboxEvent.objects.filter(agent=agent).values_list("seq", flat=True)) == [1, 2, 3]
-    assert list(OutboxEvent.objects.filter(agent=other_agent).values_list("seq", flat=True)) == [1]
+def test_agent_event_seq_bump_numbers_an_agents_events_one_after_another(agent, other_agent):
+    assert [statements.agent_event_seq_bump(agent.pk)[0] for _ in range(3)] == [1, 2, 3]
+    assert statements.agent_event_seq_bump(other_agent.pk)[0] == 1
+    assert Agent.objects.values_list("event_seq", flat=True).get(pk=agent.pk) == 3
 
 
-def test_outbox_event_insert_bumps_the_agents_counter(agent):
-    statements.outbox_event_insert(agent_id=agent.pk, type=OutboxEvent.Type.ASK_PROGRESS)
-    statements.outbox_event_insert(agent_id=agent.pk, type=OutboxEvent.Type.ASK_PROGRESS)
-    assert Agent.objects.values_list("event_seq", flat=True).get(pk=agent.pk) == 2
-
-
-def test_outbox_event_insert_keeps_next_attempt_only_with_a_webhook(agent, other_agent):
+def test_agent_event_seq_bump_returns_the_agents_webhook_url(agent, other_agent):
     Agent.objects.filter(pk=agent.pk).update(webhook_url="https://agent.example.com/hook")
-    due = timezone.now()
-    statements.outbox_event_insert(agent_id=agent.pk, type=OutboxEvent.Type.ASK_PROGRESS, next_attempt_at=due)
-    statements.outbox_event_insert(agent_id=other_agent.pk, type=OutboxEvent.Type.ASK_PROGRESS, next_attempt_at=due)
-    assert OutboxEvent.objects.get(agent=agent).next_attempt_at == due
-    assert OutboxEvent.objects.get(agent=other_agent).next_attempt_at is None
+    assert statements.agent_event_seq_bump(agent.pk)[1] == "https://agent.example.com/hook"
+    assert statements.agent_event_seq_bump(other_agent.pk)[1] == ""
 
 
-def test_outbox_event_insert_stores_what_create_stores_with_the_bumped_seq(agent, pending_ask):
-    Agent.objects.filter(pk=agent.pk).update(webhook_url="https://agent.example.com/hook", event_seq=41)
-    values = {
-        "type": OutboxEvent.Type.ASK_CLOSED,
-        "ask": pending_ask,
-        "session": pending_ask.session,
-        "data": {"status": "answered", "reason": "submitted", "说明": "已提交"},
-        "created_at": timezone.now() - timedelta(seconds=3),
-        "next_attempt_at": timezone.now(),
-    }
-    created = OutboxEvent.objects.create(agent=agent, seq=42, **values)
-    by_create = stored_columns(OutboxEvent, created.pk)
-    created.delete()
-    statements.outbox_event_insert(agent_id=agent.pk, **values)
-    assert stored_columns(OutboxEvent, OutboxEvent.objects.get(agent=agent).pk) == by_create
+def test_agent_event_seq_bump_refuses_an_unknown_agent(db):
+    with pytest.raises(Agent.DoesNotExist):
+        statements.agent_event_seq_bump(999_999)
 
 
 def test_outbox_event_insert_refuses_an_unknown_agent(db):
@@ -68,35 +44,23 @@ def test_outbox_event_insert_refuses_an_unknown_agent(db):
     assert not OutboxEvent.objects.exists()
 
 
-# ---------------------------------------------------------------------- platform callbacks
-
-
-def test_callback_receipt_insert_accepts_an_event_id_once(db):
-    now = timezone.now()
-    assert statements.callback_receipt_insert(platform="feishu", event_id="ev_1", created_at=now) is True
-    assert statements.callback_receipt_insert(platform="feishu", event_id="ev_1", created_at=now) is False
-    assert CallbackReceipt.objects.filter(event_id="ev_1").count() == 1
-
-
-def test_callback_receipt_insert_keeps_platforms_apart(db):
-    now = timezone.now()
-    assert statements.callback_receipt_insert(platform="feishu", event_id="ev_1", created_at=now)
-    assert statements.callback_receipt_insert(platform="dingtalk", event_id="ev_1", created_at=now)
-
-
-def test_callback_receipt_insert_stores_the_time_given(db):
-    moment = timezone.now() - timedelta(hours=2)
-    statements.callback_receipt_insert(platform="feishu", event_id="ev_old", created_at=moment)
-    assert CallbackReceipt.objects.get(event_id="ev_old").created_at == moment
-
-
-def test_callback_receipt_insert_duplicate_leaves_the_transaction_usable(db):
-    now = timezone.now()
-    statements.callback_receipt_insert(platform="feishu", event_id="ev_1", created_at=now)
+def test_outbox_append_numbers_an_agents_events_one_after_another(agent, other_agent):
     with transaction.atomic():
-        assert not statements.callback_receipt_insert(platform="feishu", event_id="ev_1", created_at=now)
-        statements.callback_receipt_insert(platform="feishu", event_id="ev_2", created_at=now)
-    assert set(CallbackReceipt.objects.values_list("event_id", flat=True)) == {"ev_1", "ev_2"}
+        for _ in range(3):
+            outbox.append(agent_id=agent.pk, type=OutboxEvent.Type.ASK_PROGRESS)
+        outbox.append(agent_id=other_agent.pk, type=OutboxEvent.Type.ASK_PROGRESS)
+    assert list(OutboxEvent.objects.filter(agent=agent).values_list("seq", flat=True)) == [1, 2, 3]
+    assert list(OutboxEvent.objects.filter(agent=other_agent).values_list("seq", flat=True)) == [1]
+
+
+def test_outbox_append_schedules_delivery_only_with_a_webhook(agent, other_agent):
+    Agent.objects.filter(pk=agent.pk).update(webhook_url="https://agent.example.com/hook")
+    with transaction.atomic():
+        outbox.append(agent_id=agent.pk, type=OutboxEvent.Type.ASK_PROGRESS, data={"说明": "进行中"})
+        outbox.append(agent_id=other_agent.pk, type=OutboxEvent.Type.ASK_PROGRESS)
+    assert OutboxEvent.objects.get(agent=agent).next_attempt_at is not None
+    assert OutboxEvent.objects.get(agent=agent).data == {"说明": "进行中"}
+    assert OutboxEvent.objects.get(agent=other_agent).next_attempt_at is None
 
 
 # ---------------------------------------------------------------------------- card messages

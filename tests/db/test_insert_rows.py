@@ -1,6 +1,8 @@
-"""``append_row`` stores exactly what ``objects.create`` stores, for every model it is used with.
+"""The hand-written INSERTs store exactly what ``objects.create`` stores: ``append_row`` (audit
+rows, ``AskEvent``) and ``outbox_event_insert`` (``OutboxEvent``; on PostgreSQL one statement with
+the agent's bump, every value cast to its column's type).
 
-Each case creates a row through the ORM, reads its columns as stored, deletes it, appends one with
+Each case creates a row through the ORM, reads its columns as stored, deletes it, inserts one with
 the same arguments and reads that: every column but the primary key must be equal as stored (the
 JSON text on SQLite, the converted datetimes, the defaults). Runs on the configured database:
 SQLite by default, PostgreSQL with DATABASE_URL.
@@ -14,9 +16,9 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from askcards.db import append_row
-from askcards.db.statements import insert_fields, quote
-from askcards.models import AskEvent, OutboxEvent
+from askcards.db import statements
+from askcards.db.statements import append_row, insert_fields, quote
+from askcards.models import Agent, AskEvent, OutboxEvent
 
 SHANGHAI = ZoneInfo("Asia/Shanghai")
 
@@ -37,7 +39,7 @@ def assert_same_row(model, values: dict) -> None:
     started = timezone.now()
     created = model.objects.create(**values)
     by_create = stored_columns(model, created.pk)
-    model.objects.filter(pk=created.pk).delete()  # room for the same row (OutboxEvent: agent and seq are unique)
+    model.objects.filter(pk=created.pk).delete()
     append_row(model, **values)
     appended_pk = model.objects.order_by("-pk").values_list("pk", flat=True)[0]
     by_append = stored_columns(model, appended_pk)
@@ -78,21 +80,41 @@ def test_ask_event_empty_detail_stored_as_create_stores_it(ask):
     assert_same_row(AskEvent, {"ask": ask, "kind": AskEvent.Kind.CREATED, "actor": "agent:a", "detail": {}})
 
 
+def assert_outbox_event_as_created(agent, values: dict) -> None:
+    """``outbox_event_insert(agent_id=…, **values)`` stores what ``OutboxEvent.objects.create``
+    stores with the bumped ``seq`` (and ``next_attempt_at`` dropped for an agent without webhook)."""
+    started = timezone.now()
+    webhook = Agent.objects.values_list("webhook_url", flat=True).get(pk=agent.pk)
+    expected = {**values, "seq": 42}
+    if not webhook:
+        expected["next_attempt_at"] = None
+    created = OutboxEvent.objects.create(agent_id=agent.pk, **expected)
+    by_create = stored_columns(OutboxEvent, created.pk)
+    created.delete()
+    Agent.objects.filter(pk=agent.pk).update(event_seq=41)
+    statements.outbox_event_insert(agent_id=agent.pk, **values)
+    inserted = OutboxEvent.objects.get(agent=agent)
+    by_insert = stored_columns(OutboxEvent, inserted.pk)
+    if "created_at" not in values:
+        assert started <= created.created_at <= inserted.created_at <= timezone.now()
+        del by_create["created_at"], by_insert["created_at"]
+    assert by_insert == by_create
+
+
 def test_outbox_event_defaults_stored_as_create_stores_them(agent):
-    assert_same_row(OutboxEvent, {"agent": agent, "seq": 7, "type": OutboxEvent.Type.ASK_CLOSED})
+    assert_outbox_event_as_created(agent, {"type": OutboxEvent.Type.ASK_CLOSED})
 
 
 def test_outbox_event_every_field_stored_as_create_stores_it(agent, ask):
+    Agent.objects.filter(pk=agent.pk).update(webhook_url="https://agent.example.com/hook")
     moment = datetime(2026, 12, 1, 9, 30, 15, 654321, tzinfo=SHANGHAI)
-    assert_same_row(
-        OutboxEvent,
+    assert_outbox_event_as_created(
+        agent,
         {
-            "agent_id": agent.pk,
-            "seq": 2**40,
             "type": OutboxEvent.Type.SESSION_CANCEL_REQUESTED,
             "ask": ask,
             "session": ask.session,
-            "data": {"status": "cancelled", "by": "operator:张三", "counts": {"asks": 3}},
+            "data": {"status": "cancelled", "by": "operator:张三", "counts": {"asks": 3}, "none": None},
             "created_at": moment,
             "attempts": 3,
             "next_attempt_at": moment,
@@ -105,8 +127,8 @@ def test_outbox_event_every_field_stored_as_create_stores_it(agent, ask):
     )
 
 
-def test_outbox_event_null_data_default_stored_as_create_stores_it(agent, ask):
-    assert_same_row(
-        OutboxEvent,
-        {"agent": agent, "seq": 1, "type": OutboxEvent.Type.ASK_PROGRESS, "ask": ask, "session": None, "data": {}},
+def test_outbox_event_without_webhook_stored_as_create_stores_it(agent, ask):
+    assert_outbox_event_as_created(
+        agent,
+        {"type": OutboxEvent.Type.ASK_PROGRESS, "ask_id": ask.pk, "data": {}, "next_attempt_at": timezone.now()},
     )
