@@ -88,7 +88,7 @@ def outbox_event_insert(*, agent_id: int, **values: Any) -> None:
         # One statement bumps the counter and inserts the event: no round trip (and, under load,
         # no wait for the GIL) while this transaction holds the agent's row, which every answer to
         # the agent's asks needs. Split into the bump and the ORM's INSERT, 8 concurrent Feishu
-        # submits went 8–21 % slower (tests/bench/README.md). SQLite allows no UPDATE inside WITH,
+        # submits went 8–35 % slower (tests/bench/README.md). SQLite allows no UPDATE inside WITH,
         # and runs one write transaction at a time anyway.
         columns, params = row_values(OutboxEvent, connection, **values)
         del params[columns.index("seq")]  # the bumped counter takes its place

@@ -32,6 +32,7 @@ import tempfile
 import time
 from datetime import timedelta
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Callable
 
 from tests.bench.bench_longpoll import PROJECT_DIR, PYTHON, say
@@ -54,12 +55,11 @@ def pg_admin(sql: str) -> None:
 def pairs(calls: int) -> list[tuple[str, Callable[[str], Callable[[int], Any]], Callable[[str], Callable[[int], Any]], Callable[[], None]]]:
     """(name, hand-written, ORM, reset) per statement. Each of the first two takes a run label and
     returns the call to time (taking the call's number); reset runs untimed before each run."""
-    from django.db.models import F, Q, Subquery
     from django.utils import timezone
 
-    from askcards import services
+    from askcards import services, surfaces
     from askcards.db import statements
-    from askcards.models import Agent, Ask, CardMessage, OutboxEvent, ProgressCard
+    from askcards.models import Agent, Ask, CardMessage, ProgressCard
 
     agent, _ = services.agent_create(name="bench")
     Agent.objects.filter(pk=agent.pk).update(webhook_url="https://agent.example.com/hook")
@@ -86,64 +86,44 @@ def pairs(calls: int) -> list[tuple[str, Callable[[str], Callable[[int], Any]], 
     def unclaim() -> None:
         CardMessage.objects.filter(message_id__startswith="om_claim_").update(next_sync_at=None)
 
+    event = {"type": "ask.closed", "ask": ask, "session": None, "data": detail}
+
     # outbox.append: bump the agent's counter, insert the event with it.
     def outbox_hand(_label):
-        return lambda i: statements.outbox_event_insert(agent_id=agent.pk, type="ask.closed", ask=ask, session=None,
-                                                        data=detail, next_attempt_at=timezone.now())
+        return lambda i: statements.outbox_event_insert(agent_id=agent.pk, **event, next_attempt_at=timezone.now())
 
     def outbox_orm(_label):
-        def call(i):
-            Agent.objects.filter(pk=agent.pk).update(event_seq=F("event_seq") + 1)
-            seq, webhook_url = Agent.objects.filter(pk=agent.pk).values_list("event_seq", "webhook_url").get()
-            OutboxEvent.objects.create(agent_id=agent.pk, seq=seq, type="ask.closed", ask=ask, session=None, data=detail,
-                                       next_attempt_at=timezone.now() if webhook_url else None)
-        return call
+        return lambda i: _orm_outbox_event_insert(agent_id=agent.pk, **event, next_attempt_at=timezone.now())
 
-    # The same, bumped by hand-written UPDATE … RETURNING, the event inserted by the ORM.
     def outbox_bump_then_create(_label):
-        def call(i):
-            seq, webhook_url = statements.agent_event_seq_bump(agent.pk)
-            OutboxEvent.objects.create(agent_id=agent.pk, seq=seq, type="ask.closed", ask=ask, session=None, data=detail,
-                                       next_attempt_at=timezone.now() if webhook_url else None)
-        return call
+        return lambda i: _split_outbox_event_insert(agent_id=agent.pk, **event, next_attempt_at=timezone.now())
 
     # The bump alone.
     def bump_hand(_label):
         return lambda i: statements.agent_event_seq_bump(agent.pk)
 
     def bump_orm(_label):
-        def call(i):
-            Agent.objects.filter(pk=agent.pk).update(event_seq=F("event_seq") + 1)
-            return Agent.objects.filter(pk=agent.pk).values_list("event_seq", "webhook_url").get()
-        return call
+        return lambda i: _orm_agent_event_seq_bump(agent.pk)
 
     # FeishuSurface.mark: one more render of the session's latest progress card.
     def mark_hand(_label):
         return lambda i: statements.progress_card_mark(session_id=sessions[i % len(sessions)])
 
     def mark_orm(_label):
-        def call(i):
-            latest = ProgressCard.objects.filter(session_id=sessions[i % len(sessions)]).order_by("-id").values("id")[:1]
-            return CardMessage.objects.filter(progress_card_id=Subquery(latest)).update(version=F("version") + 1)
-        return call
+        return lambda i: _orm_feishu_mark(None, SimpleNamespace(session_id=sessions[i % len(sessions)]))
 
     # surfaces.claim_card_message (Feishu's, with the message id that must not have changed).
     def claim_hand(_label):
         def call(i):
             now = timezone.now()
             pk, message_id = claimable[i]
-            assert statements.card_message_claim(pk, until=now + timedelta(seconds=30), now=now, message_id=message_id)
+            assert statements.card_message_claim(pk, until=now + surfaces.CARD_CLAIM, now=now, message_id=message_id)
         return call
 
     def claim_orm(_label):
         def call(i):
-            now = timezone.now()
             pk, message_id = claimable[i]
-            assert (
-                CardMessage.objects.filter(pk=pk, version__gt=F("synced_version"), message_id=message_id)
-                .filter(Q(next_sync_at__isnull=True) | Q(next_sync_at__lte=now))
-                .update(next_sync_at=now + timedelta(seconds=30))
-            )
+            assert _orm_claim_card_message(pk, timezone.now(), message_id=message_id)
         return call
 
     def yardstick(_label):
@@ -178,13 +158,22 @@ def timed(make: Callable[[str], Callable[[int], Any]], label: str, calls: int) -
 # ----------------------------------------------------------- whole submits and pushes, A/B
 
 
-def _orm_outbox_event_insert(*, agent_id: int, **values) -> None:
+# The ORM code each statement replaces.
+
+
+def _orm_agent_event_seq_bump(agent_id: int) -> tuple[int, str]:
     from django.db.models import F
 
-    from askcards.models import Agent, OutboxEvent
+    from askcards.models import Agent
 
     Agent.objects.filter(pk=agent_id).update(event_seq=F("event_seq") + 1)
-    seq, webhook_url = Agent.objects.filter(pk=agent_id).values_list("event_seq", "webhook_url").get()
+    return Agent.objects.filter(pk=agent_id).values_list("event_seq", "webhook_url").get()
+
+
+def _orm_outbox_event_insert(*, agent_id: int, **values) -> None:
+    from askcards.models import OutboxEvent
+
+    seq, webhook_url = _orm_agent_event_seq_bump(agent_id)
     if not webhook_url:
         values["next_attempt_at"] = None
     OutboxEvent.objects.create(**{**values, "agent_id": agent_id, "seq": seq})
