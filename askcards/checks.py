@@ -5,6 +5,8 @@ from __future__ import annotations
 from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
 from django.db import connections
+from django.db.models import TextField
+from django.db.models.functions import Cast
 
 from . import crypto
 
@@ -45,20 +47,19 @@ def askcards_settings(app_configs, **kwargs):
 
 def _undecryptable(alias: str, model, label_fields: tuple[str, ...], secret_fields: tuple[str, ...]) -> list[str]:
     """The rows of ``model`` holding a secret the current key cannot decrypt, as "<label fields>
-    (<secret fields>)". Reads the stored ciphertexts directly (the model field would raise)."""
+    (<secret fields>)". Reads the stored ciphertexts as text (the model field would decrypt them,
+    and raise)."""
     connection = connections[alias]
     table = model._meta.db_table
     if table not in connection.introspection.table_names():
         return []  # not migrated yet (e.g. check during the first migrate)
-    quote = connection.ops.quote_name
     with connection.cursor() as cursor:
         # `migrate` runs this check before migrating: a secret column added by a pending migration
-        # is not there yet (nothing stored in it either).
+        # is not there yet (nothing stored in it either), so only the columns present are read.
         present = {column.name for column in connection.introspection.get_table_description(cursor, table)}
-        secret_fields = tuple(name for name in secret_fields if model._meta.get_field(name).column in present)
-        columns = [model._meta.get_field(name).column for name in label_fields + secret_fields]
-        cursor.execute(f"SELECT {', '.join(map(quote, columns))} FROM {quote(table)}")
-        rows = cursor.fetchall()
+    secret_fields = tuple(name for name in secret_fields if model._meta.get_field(name).column in present)
+    stored = (Cast(name, output_field=TextField()) for name in secret_fields)
+    rows = model._base_manager.using(alias).order_by().values_list(*label_fields, *stored)
     found = []
     for row in rows:
         labels, tokens = row[: len(label_fields)], row[len(label_fields) :]

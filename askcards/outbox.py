@@ -2,7 +2,6 @@
 pushed by Standard Webhooks with retries. A row stays until the agent has it."""
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import time
@@ -11,12 +10,12 @@ from typing import Any
 
 import requests
 from django.conf import settings
-from django.db import connection, connections, transaction
+from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
 from . import crypto, events, netguard
-from .db import append_row, insert_fields, row_values
+from .db import statements
 from .models import Agent, Ask, OutboxEvent, Session
 from .selectors import event_data
 
@@ -41,53 +40,10 @@ def append(
     one agent commit in sequence order and a reader never skips one that commits later. Callers
     append last, just before commit: every other change to the agent's asks waits for that lock.
     """
-    event = {"agent_id": agent_id, "seq": 0, "type": type, "ask": ask, "session": session, "data": data or {},
-             "next_attempt_at": timezone.now()}
-    if connection.vendor == "postgresql":
-        # One statement bumps the counter and inserts the event: the lock is taken one round trip
-        # (and, under load, one wait for the GIL) later. SQLite's write transactions already run
-        # one at a time, and it allows no UPDATE inside WITH.
-        columns, params = row_values(OutboxEvent, connection, **event)
-        del params[columns.index("seq")]  # the bumped counter takes its place
-        with connection.cursor() as cursor:
-            cursor.execute(_bump_and_insert_sql(connection.alias), [agent_id, *params])
-            if cursor.rowcount != 1:
-                raise Agent.DoesNotExist(f"no agent {agent_id} to append an event for")
-    else:
-        with connection.cursor() as cursor:
-            # One statement bumps and reads the counter (RETURNING: SQLite ≥ 3.35 and PostgreSQL).
-            cursor.execute(
-                f"UPDATE {Agent._meta.db_table} SET event_seq = event_seq + 1 WHERE id = %s RETURNING event_seq, webhook_url",
-                [agent_id],
-            )
-            seq, webhook_url = cursor.fetchone()
-        append_row(OutboxEvent, **{**event, "seq": seq, "next_attempt_at": event["next_attempt_at"] if webhook_url else None})
-    transaction.on_commit(lambda: events.wake(events.agent_group(agent_id)))
-
-
-@functools.lru_cache(maxsize=None)
-def _bump_and_insert_sql(alias: str) -> str:
-    """PostgreSQL: bump the agent's counter and insert the event with it. The parameters: the
-    agent's id, then every column's value but ``seq`` (the bumped counter), ``next_attempt_at``
-    kept only when the agent has a webhook. Each is cast to its column's type, as a parameter in a
-    SELECT list has none of its own."""
-    connection = connections[alias]
-    fields = insert_fields(OutboxEvent)
-    values = []
-    for field in fields:
-        typed = f"CAST(%s AS {field.cast_db_type(connection)})"
-        if field.name == "seq":
-            values.append("bumped.event_seq")
-        elif field.name == "next_attempt_at":
-            values.append(f"CASE WHEN bumped.webhook_url <> '' THEN {typed} END")
-        else:
-            values.append(typed)
-    quote = connection.ops.quote_name
-    return (
-        f"WITH bumped AS (UPDATE {quote(Agent._meta.db_table)} SET event_seq = event_seq + 1 WHERE id = %s "
-        f"RETURNING event_seq, webhook_url) INSERT INTO {quote(OutboxEvent._meta.db_table)} "
-        f"({', '.join(quote(field.column) for field in fields)}) SELECT {', '.join(values)} FROM bumped"
+    statements.outbox_event_insert(
+        agent_id=agent_id, type=type, ask=ask, session=session, data=data or {}, next_attempt_at=timezone.now()
     )
+    transaction.on_commit(lambda: events.wake(events.agent_group(agent_id)))
 
 
 def acknowledge(*, agent: Agent, upto: int) -> int:

@@ -1,0 +1,211 @@
+"""Every hand-written SQL statement of askcards, with the one way a name is quoted in them.
+
+The ORM writes every other statement. A statement is written out only where that was measured to
+matter on a hot path, against the ORM code it replaces (``tests/bench/bench_statements.py``; the
+figures, and the statements that went back to the ORM for gaining less than about 5 % of their
+path, are in tests/bench/README.md, "Hand-written statements"). Each function builds its text once
+per database (cached by the connection's alias) and runs it on that connection; names in the text
+go through ``quote`` only.
+"""
+from __future__ import annotations
+
+import functools
+from datetime import datetime
+from typing import Any
+
+from django.db import connections, models, router
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+
+def quote(connection: BaseDatabaseWrapper, name: str) -> str:
+    """A table or column name as this database wants it in a statement (the one quoting helper)."""
+    return connection.ops.quote_name(name)
+
+
+def _connection_for(model: type[models.Model]) -> BaseDatabaseWrapper:
+    return connections[router.db_for_write(model)]
+
+
+def _db_datetime(connection: BaseDatabaseWrapper, value: datetime) -> Any:
+    return connection.ops.adapt_datetimefield_value(value)
+
+
+# ------------------------------------------------------------------------- append-only rows
+
+
+@functools.lru_cache(maxsize=None)
+def insert_fields(model: type[models.Model]) -> list[models.Field]:
+    """The fields a new row of ``model`` gives values for (every concrete field but the primary
+    key), in ``row_values``' order."""
+    return [field for field in model._meta.concrete_fields if not field.primary_key]
+
+
+def row_values(model: type[models.Model], connection: BaseDatabaseWrapper, **values: Any) -> tuple[list[str], list[Any]]:
+    """The columns and database values of one new row of ``model``: what
+    ``model.objects.create(**values)`` would store, defaults and each field's conversion included."""
+    row = model(**values)  # the fields' defaults, as create() would fill them
+    fields = insert_fields(model)
+    params = [field.get_db_prep_save(field.pre_save(row, True), connection) for field in fields]
+    return [field.column for field in fields], params
+
+
+def append_row(model: type[models.Model], **values: Any) -> None:
+    """INSERT one row of an append-only table (the audit rows), without reading it back.
+
+    Stores what ``model.objects.create(**values)`` stores (tests/db proves it), with the statement
+    built once per model and database instead of by the ORM's compiler on every call."""
+    connection = _connection_for(model)
+    _, params = row_values(model, connection, **values)
+    with connection.cursor() as cursor:
+        cursor.execute(_insert_sql(model, connection.alias), params)
+
+
+@functools.lru_cache(maxsize=None)
+def _insert_sql(model: type[models.Model], alias: str) -> str:
+    connection = connections[alias]
+    columns = [quote(connection, field.column) for field in insert_fields(model)]
+    return (
+        f"INSERT INTO {quote(connection, model._meta.db_table)} ({', '.join(columns)}) "
+        f"VALUES ({', '.join(['%s'] * len(columns))})"
+    )
+
+
+# ------------------------------------------------------------------------------- the outbox
+
+
+def outbox_event_insert(*, agent_id: int, **values: Any) -> None:
+    """Bump the agent's ``event_seq`` and insert an ``OutboxEvent`` with the new number as its
+    ``seq``; the event keeps ``next_attempt_at`` only when the agent has a webhook URL. ``values``
+    are the event's other fields, as for ``OutboxEvent.objects.create`` (``seq`` is ignored).
+
+    The agent's row stays locked until the caller's transaction ends. Raises
+    ``Agent.DoesNotExist`` when there is no such agent."""
+    from askcards.models import Agent, OutboxEvent
+
+    connection = _connection_for(OutboxEvent)
+    values = {**values, "agent_id": agent_id, "seq": 0}
+    if connection.vendor == "postgresql":
+        # One statement bumps the counter and inserts the event: no round trip (and, under load,
+        # no wait for the GIL) while this transaction holds the agent's row, which every answer to
+        # the agent's asks needs. Split into the bump and the ORM's INSERT, 8 concurrent Feishu
+        # submits went 8–35 % slower (tests/bench/README.md). SQLite allows no UPDATE inside WITH,
+        # and runs one write transaction at a time anyway.
+        columns, params = row_values(OutboxEvent, connection, **values)
+        del params[columns.index("seq")]  # the bumped counter takes its place
+        with connection.cursor() as cursor:
+            cursor.execute(_bump_and_insert_sql(connection.alias), [agent_id, *params])
+            if cursor.rowcount != 1:
+                raise Agent.DoesNotExist(f"no agent {agent_id} to append an event for")
+        return
+    seq, webhook_url = agent_event_seq_bump(agent_id)
+    OutboxEvent.objects.create(**{**values, "seq": seq, "next_attempt_at": values.get("next_attempt_at") if webhook_url else None})
+
+
+def agent_event_seq_bump(agent_id: int) -> tuple[int, str]:
+    """Add one to the agent's ``event_seq``: the new number and the agent's webhook URL. The row
+    stays locked until the caller's transaction ends. Raises ``Agent.DoesNotExist``."""
+    from askcards.models import Agent
+
+    connection = _connection_for(Agent)
+    with connection.cursor() as cursor:
+        # One statement bumps and reads the counter (RETURNING: SQLite ≥ 3.35 and PostgreSQL).
+        cursor.execute(_bump_sql(connection.alias), [agent_id])
+        bumped = cursor.fetchone()
+    if bumped is None:
+        raise Agent.DoesNotExist(f"no agent {agent_id} to append an event for")
+    return bumped[0], bumped[1]
+
+
+@functools.lru_cache(maxsize=None)
+def _bump_sql(alias: str) -> str:
+    from askcards.models import Agent
+
+    connection = connections[alias]
+    return (
+        f"UPDATE {quote(connection, Agent._meta.db_table)} SET {quote(connection, 'event_seq')} = "
+        f"{quote(connection, 'event_seq')} + 1 WHERE {quote(connection, 'id')} = %s "
+        f"RETURNING {quote(connection, 'event_seq')}, {quote(connection, 'webhook_url')}"
+    )
+
+
+@functools.lru_cache(maxsize=None)
+def _bump_and_insert_sql(alias: str) -> str:
+    """PostgreSQL: ``_bump_sql`` and the event's INSERT in one statement. The parameters: the
+    agent's id, then every column's value but ``seq``. Each is cast to its column's type, as a
+    parameter in a SELECT list has none of its own."""
+    from askcards.models import OutboxEvent
+
+    connection = connections[alias]
+    fields = insert_fields(OutboxEvent)
+    values = []
+    for field in fields:
+        typed = f"CAST(%s AS {field.cast_db_type(connection)})"
+        if field.name == "seq":
+            values.append(f"bumped.{quote(connection, 'event_seq')}")
+        elif field.name == "next_attempt_at":
+            values.append(f"CASE WHEN bumped.{quote(connection, 'webhook_url')} <> '' THEN {typed} END")
+        else:
+            values.append(typed)
+    return (
+        f"WITH bumped AS ({_bump_sql(alias)}) INSERT INTO {quote(connection, OutboxEvent._meta.db_table)} "
+        f"({', '.join(quote(connection, field.column) for field in fields)}) SELECT {', '.join(values)} FROM bumped"
+    )
+
+
+# ---------------------------------------------------------------------------- card messages
+
+
+def card_message_claim(pk: int, *, until: datetime, now: datetime, **unchanged: Any) -> bool:
+    """Move a due card message's ``next_sync_at`` to ``until`` (a worker's claim on its next push).
+
+    Due: its ``version`` is ahead of ``synced_version`` and ``next_sync_at`` is empty or not after
+    ``now``. False when it is not due, or when a field named in ``unchanged`` no longer has the
+    given value (compared as stored: plain values only)."""
+    from askcards.models import CardMessage
+
+    connection = _connection_for(CardMessage)
+    sql = _claim_sql(connection.alias, tuple(unchanged))
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [_db_datetime(connection, until), pk, _db_datetime(connection, now), *unchanged.values()])
+        return cursor.rowcount == 1
+
+
+@functools.lru_cache(maxsize=None)
+def _claim_sql(alias: str, unchanged: tuple[str, ...]) -> str:
+    from askcards.models import CardMessage
+
+    connection = connections[alias]
+    column = {name: quote(connection, CardMessage._meta.get_field(name).column) for name in
+              ("id", "version", "synced_version", "next_sync_at", *unchanged)}
+    return (
+        f"UPDATE {quote(connection, CardMessage._meta.db_table)} SET {column['next_sync_at']} = %s "
+        f"WHERE {column['id']} = %s AND {column['version']} > {column['synced_version']} "
+        f"AND ({column['next_sync_at']} IS NULL OR {column['next_sync_at']} <= %s)"
+        + "".join(f" AND {column[name]} = %s" for name in unchanged)
+    )
+
+
+def progress_card_mark(*, session_id: int) -> int:
+    """One more render of the session's latest progress card (the highest id, as
+    ``ProgressCard.objects.runs_of`` orders them): ``version + 1`` on each of its messages.
+    Returns how many messages were marked."""
+    from askcards.models import CardMessage
+
+    connection = _connection_for(CardMessage)
+    with connection.cursor() as cursor:
+        cursor.execute(_mark_sql(connection.alias), [session_id])
+        return cursor.rowcount
+
+
+@functools.lru_cache(maxsize=None)
+def _mark_sql(alias: str) -> str:
+    from askcards.models import CardMessage, ProgressCard
+
+    connection = connections[alias]
+    version, progress_card_id = quote(connection, "version"), quote(connection, "progress_card_id")
+    card_id, session_id = quote(connection, "id"), quote(connection, "session_id")
+    return (
+        f"UPDATE {quote(connection, CardMessage._meta.db_table)} SET {version} = {version} + 1 "
+        f"WHERE {progress_card_id} = (SELECT {card_id} FROM {quote(connection, ProgressCard._meta.db_table)} "
+        f"WHERE {session_id} = %s ORDER BY {card_id} DESC LIMIT 1)"
+    )

@@ -1,0 +1,514 @@
+"""Each hand-written statement (``askcards.db.statements``) against the plain ORM code it replaces.
+
+    .venv/bin/python -m tests.bench.bench_statements [--calls 1000] [--rounds 7] [--submits 1600]
+        [--threads 1] [--orm outbox,mark,claim] [--only TEXT] [--targets sqlite,postgres]
+
+Run from the project directory. Per target, a process of its own with a temporary data dir
+(``sqlite``: the embedded SQLite file; ``postgres``: the database ``askcards_bench_statements`` on
+postgres://postgres@127.0.0.1:5432, created and dropped, with the service's pool and prepared
+statements) runs, in each round, every statement ``--calls`` times hand-written and as ORM code
+(alternating which goes first), 50 calls per transaction, one thread. It prints per call the
+median over the rounds of the wall time and of this process's CPU time, the ORM's extra time, and
+each figure over the yardstick's: a one-row ORM read by primary key (``Ask.objects.filter(pk=…)
+.exists()``) timed the same way, i.e. what this machine does per statement right then.
+
+Then the whole paths the statements serve, in the same process: ``--submits`` signed and encrypted
+Feishu submits (``callbacks.feishu_handle``, ``--threads`` at once) and the card pushes they cause
+(``FeishuSurface.sync_due`` against ``tests.bench.feishu_stub``), in chunks alternating between the
+code as written and the code with the ``--orm`` statements written by the ORM (patched in; one
+name, e.g. ``--orm outbox-insert``, measures one statement end to end). Each statement's extra CPU
+is printed as a share of its path. The last line is the figures as JSON (for tests/bench/README.md).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import timedelta
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Callable
+
+from tests.bench.bench_longpoll import PROJECT_DIR, PYTHON, say
+
+PG_SERVER = "postgres://postgres@127.0.0.1:5432"
+PG_DATABASE = "askcards_bench_statements"
+BATCH = 50  # calls per transaction
+
+
+def pg_admin(sql: str) -> None:
+    import psycopg
+
+    with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True, connect_timeout=5) as conn:
+        conn.execute(sql)
+
+
+# ------------------------------------------------------------------------------ the pairs
+
+
+def pairs(calls: int) -> list[tuple[str, Callable[[str], Callable[[int], Any]], Callable[[str], Callable[[int], Any]], Callable[[], None]]]:
+    """(name, hand-written, ORM, reset) per statement. Each of the first two takes a run label and
+    returns the call to time (taking the call's number); reset runs untimed before each run."""
+    from django.utils import timezone
+
+    from askcards import services, surfaces
+    from askcards.db import statements
+    from askcards.models import Agent, Ask, CardMessage, ProgressCard
+
+    agent, _ = services.agent_create(name="bench")
+    Agent.objects.filter(pk=agent.pk).update(webhook_url="https://agent.example.com/hook")
+    bot = services.bot_add(platform="feishu", app_id="cli_statements", app_secret="bench-secret")
+    sessions = []
+    for number in range(100):
+        session, _ = services.session_upsert(agent=agent, key=f"wechat/user{number}", platform="wechat", user_id=f"u{number}")
+        card = ProgressCard.objects.create(session=session)
+        CardMessage.objects.create(platform="feishu", bot=bot, progress_card=card, message_id=f"om_mark_{number}")
+        sessions.append(session.pk)
+    ask = Ask.objects.create(agent=agent, session_id=sessions[0], tool="ask_user_questions",
+                             deadline=timezone.now() + timedelta(hours=1))
+    claim_card = ProgressCard.objects.create(session_id=sessions[0])
+    CardMessage.objects.bulk_create(
+        CardMessage(platform="feishu", bot=bot, progress_card=claim_card, message_id=f"om_claim_{number}", version=1)
+        for number in range(calls)
+    )
+    claimable = list(CardMessage.objects.filter(message_id__startswith="om_claim_").order_by("pk").values_list("pk", "message_id"))
+    detail = {"reason": "submitted"}
+
+    def nothing() -> None:
+        pass
+
+    def unclaim() -> None:
+        CardMessage.objects.filter(message_id__startswith="om_claim_").update(next_sync_at=None)
+
+    event = {"type": "ask.closed", "ask": ask, "session": None, "data": detail}
+
+    # outbox.append: bump the agent's counter, insert the event with it.
+    def outbox_hand(_label):
+        return lambda i: statements.outbox_event_insert(agent_id=agent.pk, **event, next_attempt_at=timezone.now())
+
+    def outbox_orm(_label):
+        return lambda i: _orm_outbox_event_insert(agent_id=agent.pk, **event, next_attempt_at=timezone.now())
+
+    def outbox_bump_then_create(_label):
+        return lambda i: _split_outbox_event_insert(agent_id=agent.pk, **event, next_attempt_at=timezone.now())
+
+    # The bump alone.
+    def bump_hand(_label):
+        return lambda i: statements.agent_event_seq_bump(agent.pk)
+
+    def bump_orm(_label):
+        return lambda i: _orm_agent_event_seq_bump(agent.pk)
+
+    # FeishuSurface.mark: one more render of the session's latest progress card.
+    def mark_hand(_label):
+        return lambda i: statements.progress_card_mark(session_id=sessions[i % len(sessions)])
+
+    def mark_orm(_label):
+        return lambda i: _orm_feishu_mark(None, SimpleNamespace(session_id=sessions[i % len(sessions)]))
+
+    # surfaces.claim_card_message (Feishu's, with the message id that must not have changed).
+    def claim_hand(_label):
+        def call(i):
+            now = timezone.now()
+            pk, message_id = claimable[i]
+            assert statements.card_message_claim(pk, until=now + surfaces.CARD_CLAIM, now=now, message_id=message_id)
+        return call
+
+    def claim_orm(_label):
+        def call(i):
+            pk, message_id = claimable[i]
+            assert _orm_claim_card_message(pk, timezone.now(), message_id=message_id)
+        return call
+
+    def yardstick(_label):
+        return lambda i: Ask.objects.filter(pk=ask.pk).exists()
+
+    return [
+        ("yardstick: one-row ORM read by pk", yardstick, yardstick, nothing),
+        ("outbox event: bump seq + insert", outbox_hand, outbox_orm, nothing),
+        ("outbox, its INSERT: hand / ORM create", outbox_hand, outbox_bump_then_create, nothing),
+        ("outbox, its bump: hand / ORM update+read", bump_hand, bump_orm, nothing),
+        ("Feishu mark: latest card version + 1", mark_hand, mark_orm, nothing),
+        ("card claim: conditional UPDATE", claim_hand, claim_orm, unclaim),
+    ]
+
+
+def timed(make: Callable[[str], Callable[[int], Any]], label: str, calls: int) -> tuple[float, float]:
+    """Seconds per call (wall, CPU) of ``calls`` calls, ``BATCH`` per transaction."""
+    from django.db import transaction
+
+    call = make(label)
+    wall = cpu = 0.0
+    for first in range(0, calls, BATCH):
+        with transaction.atomic():
+            started, started_cpu = time.perf_counter(), time.process_time()
+            for i in range(first, min(calls, first + BATCH)):
+                call(i)
+            wall += time.perf_counter() - started
+            cpu += time.process_time() - started_cpu
+    return wall / calls, cpu / calls
+
+
+# ----------------------------------------------------------- whole submits and pushes, A/B
+
+
+# The ORM code each statement replaces.
+
+
+def _orm_agent_event_seq_bump(agent_id: int) -> tuple[int, str]:
+    from django.db.models import F
+
+    from askcards.models import Agent
+
+    Agent.objects.filter(pk=agent_id).update(event_seq=F("event_seq") + 1)
+    return Agent.objects.filter(pk=agent_id).values_list("event_seq", "webhook_url").get()
+
+
+def _orm_outbox_event_insert(*, agent_id: int, **values) -> None:
+    from askcards.models import OutboxEvent
+
+    seq, webhook_url = _orm_agent_event_seq_bump(agent_id)
+    if not webhook_url:
+        values["next_attempt_at"] = None
+    OutboxEvent.objects.create(**{**values, "agent_id": agent_id, "seq": seq})
+
+
+def _orm_feishu_mark(self, ask) -> None:
+    from django.db.models import F, Subquery
+
+    from askcards.models import CardMessage, ProgressCard
+
+    latest = ProgressCard.objects.filter(session_id=ask.session_id).order_by("-id").values("id")[:1]
+    CardMessage.objects.filter(progress_card_id=Subquery(latest)).update(version=F("version") + 1)
+
+
+def _orm_claim_card_message(pk: int, now, **unchanged) -> bool:
+    from django.db.models import F, Q
+
+    from askcards import surfaces
+    from askcards.models import CardMessage
+
+    return bool(
+        CardMessage.objects.filter(pk=pk, version__gt=F("synced_version"), **unchanged)
+        .filter(Q(next_sync_at__isnull=True) | Q(next_sync_at__lte=now))
+        .update(next_sync_at=now + surfaces.CARD_CLAIM)
+    )
+
+
+def _split_outbox_event_insert(*, agent_id: int, **values) -> None:
+    """The hand-written bump, then the event inserted by the ORM (PostgreSQL's one statement split)."""
+    from askcards.db import statements
+    from askcards.models import OutboxEvent
+
+    seq, webhook_url = statements.agent_event_seq_bump(agent_id)
+    if not webhook_url:
+        values["next_attempt_at"] = None
+    OutboxEvent.objects.create(**{**values, "agent_id": agent_id, "seq": seq})
+
+
+ORM_NAMES = ("outbox", "outbox-insert", "mark", "claim")
+
+
+def orm_patches(names: set[str]) -> list[tuple[Any, str, Any]]:
+    """(object, attribute, ORM replacement) for the named hand-written statements on the Feishu
+    paths: wherever the statement's function is bound in askcards' modules (``from … import``
+    included), and the call sites that still write their statement out themselves.
+    ``outbox-insert`` keeps the hand-written bump and inserts the event by the ORM."""
+    from askcards import surfaces
+    from askcards.db import statements
+    from askcards.surfaces.feishu.surface import FeishuSurface
+
+    replacements = {}
+    if "outbox" in names or "outbox-insert" in names:
+        replacements[statements.outbox_event_insert] = (
+            _orm_outbox_event_insert if "outbox" in names else _split_outbox_event_insert
+        )
+    patches = []
+    for module in list(sys.modules.values()):
+        if getattr(module, "__name__", "").startswith("askcards"):
+            for name, value in list(vars(module).items()):
+                for original, replacement in replacements.items():
+                    if value is original:
+                        patches.append((module, name, replacement))
+    patches += [
+        patch
+        for key, patch in (
+            ("mark", (FeishuSurface, "mark", _orm_feishu_mark)),
+            ("claim", (surfaces, "claim_card_message", _orm_claim_card_message)),
+        )
+        if key in names
+    ]
+    for target, name, _ in patches:
+        if not hasattr(target, name):
+            raise RuntimeError(f"{target!r} has no {name} any more: update bench_statements.orm_patches")
+    return patches
+
+
+class Patched:
+    def __init__(self, patches: list[tuple[Any, str, Any]]):
+        self.patches, self.saved = patches, []
+
+    def __enter__(self):
+        self.saved = [(target, name, getattr(target, name)) for target, name, _ in self.patches]
+        for target, name, replacement in self.patches:
+            setattr(target, name, replacement)
+
+    def __exit__(self, *exc):
+        for target, name, original in reversed(self.saved):
+            setattr(target, name, original)
+
+
+def seed_submits(count: int, stub_base: str) -> list[Any]:
+    """``count`` pending asks on Feishu progress cards (5 per card, already sent and in sync) and
+    the submit requests answering them, in round-robin order over the cards."""
+    from django.db import transaction
+    from django.db.models import CharField, F, Value
+    from django.db.models.functions import Cast, Concat
+
+    from askcards import services
+    from askcards.models import Agent, CardMessage
+    from tests.bench import bench_feishu_callback as fb
+
+    agent = Agent.objects.get(name="bench")
+    bot = services.bot_add(platform="feishu", app_id=fb.APP_ID, app_secret=fb.APP_SECRET, base_url=stub_base,
+                           verification_token=fb.VERIFICATION_TOKEN, encrypt_key=fb.ENCRYPT_KEY)
+    per_card = 5
+    by_card = []
+    for first in range(0, count // per_card, 20):
+        with transaction.atomic():
+            for number in range(first, min(count // per_card, first + 20)):
+                session, _ = services.session_upsert(agent=agent, key=f"feishu-{bot.app_id}-private-ou_bench_{number:05d}", bot=bot)
+                services.progress_put(session=session, status="running", title=f"Bench task {number}",
+                                      content="Working on the benchmark task: **step 3 of 5**, reading the logs.")
+                asks = [services.tool_call(agent=agent, session=session, name="ask_user_questions",
+                                           arguments={"questions": fb.QUESTIONS}, timeout_seconds=3600).ask.id
+                        for _ in range(per_card)]
+                by_card.append((session.id, session.user_id, asks))
+    CardMessage.objects.filter(bot=bot).update(
+        message_id=Concat(Value("om_bench_"), Cast("id", CharField())), synced_version=F("version"), next_sync_at=None
+    )
+    messages = dict(CardMessage.objects.filter(bot=bot).values_list("progress_card__session_id", "message_id"))
+    return [fb.PendingSubmit(asks[position], session_id, user_id, messages[session_id], position)
+            for position in range(per_card) for session_id, user_id, asks in by_card]
+
+
+def whole(submits: list[Any], chunk: int, rounds: int, orm: set[str], threads: int) -> dict[str, Any]:
+    """Per Feishu submit (``callbacks.feishu_handle``: verify, decrypt, parse, receipt, answer,
+    render; on ``threads`` threads at once) and per card push (``FeishuSurface.sync_due``: claim,
+    render, PATCH to the stub, bookkeeping): wall seconds (a chunk's, over its submits: the inverse
+    of the throughput) and CPU seconds, the statements as written against ``orm`` by the ORM."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from django.db import close_old_connections
+    from django.utils import timezone
+    from django.utils.datastructures import CaseInsensitiveMapping
+
+    from askcards import callbacks
+    from askcards.surfaces.feishu.surface import FeishuSurface
+    from tests.bench import bench_feishu_callback as fb
+
+    def submit(request):
+        body, headers = request
+        try:
+            return callbacks.feishu_handle(fb.APP_ID, CaseInsensitiveMapping(headers), body)
+        finally:
+            close_old_connections()  # as askcards.db.in_pool does around each request
+
+    surface = FeishuSurface()
+    patches = orm_patches(orm)
+    samples: dict[str, dict[str, list[tuple[float, float]]]] = {"submit": {}, "push": {}}
+    queue = iter(submits)
+    with ThreadPoolExecutor(threads) as pool:
+        for number in range(rounds):
+            for variant in (("hand", "orm") if number % 2 == 0 else ("orm", "hand")):
+                requests = [fb.submit_request(next(queue)) for _ in range(chunk)]
+                with Patched(patches if variant == "orm" else []):
+                    started, started_cpu = time.perf_counter(), time.process_time()
+                    responses = list(pool.map(submit, requests))
+                    samples["submit"].setdefault(variant, []).append(
+                        ((time.perf_counter() - started) / chunk, (time.process_time() - started_cpu) / chunk)
+                    )
+                    for status, data in responses:
+                        problem = fb.check_submit_response(status, json.dumps(data).encode())
+                        if problem:
+                            raise RuntimeError(f"submit failed: {problem}")
+                    pushed = 0
+                    started, started_cpu = time.perf_counter(), time.process_time()
+                    while True:
+                        done = surface.sync_due(timezone.now())
+                        if not done:
+                            break
+                        pushed += done
+                    if pushed != chunk:
+                        raise RuntimeError(f"{pushed} pushes for {chunk} submits on as many cards")
+                    samples["push"].setdefault(variant, []).append(
+                        ((time.perf_counter() - started) / pushed, (time.process_time() - started_cpu) / pushed)
+                    )
+    return {
+        what: {
+            variant: {"wall_us": statistics.median(w for w, _ in runs) * 1e6, "cpu_us": statistics.median(c for _, c in runs) * 1e6}
+            for variant, runs in by_variant.items()
+        }
+        for what, by_variant in samples.items()
+    }
+
+
+def measure(calls: int, rounds: int, submits: int, stub_base: str, orm: set[str], threads: int, only: str) -> dict[str, Any]:
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+    from django.db import connection
+
+    call_command("migrate", verbosity=0)
+    figures: dict[str, Any] = {"vendor": connection.vendor, "statements": {}}
+    runs: dict[str, dict[str, list[tuple[float, float]]]] = {}
+    table = pairs(calls)
+    table = table[:1] + [pair for pair in table[1:] if only in pair[0]]
+    timed(table[0][1], "warm", min(calls, 200))  # the connection (PostgreSQL: its pool)
+    for number in range(rounds):
+        for name, by_hand, by_orm, reset in table:
+            order = [("hand", by_hand), ("orm", by_orm)] if number % 2 == 0 else [("orm", by_orm), ("hand", by_hand)]
+            for variant, make in order:
+                reset()
+                if number == 0:
+                    timed(make, f"{variant}-warm", min(calls, 100))
+                    reset()
+                runs.setdefault(name, {}).setdefault(variant, []).append(timed(make, f"{variant}-{number}", calls))
+    for name, by_variant in runs.items():
+        figures["statements"][name] = {
+            variant: {
+                "wall_us": statistics.median(wall for wall, _ in samples) * 1e6,
+                "cpu_us": statistics.median(cpu for _, cpu in samples) * 1e6,
+            }
+            for variant, samples in by_variant.items()
+        }
+    if submits:
+        from askcards.models import CardMessage
+
+        # The statements' own cards point at the real Feishu: no sync may pick them up.
+        CardMessage.objects.filter(bot__app_id="cli_statements").delete()
+        chunk = submits // (2 * rounds + 2)
+        pending = seed_submits(chunk * (2 * rounds + 2), stub_base)
+        whole(pending[: 2 * chunk], chunk, 1, orm, threads)  # warm: the bot cache, the stub's token, the clients
+        figures["whole"] = whole(pending[2 * chunk :], chunk, rounds, orm, threads)
+        figures["whole_orm"], figures["threads"] = sorted(orm), threads
+    return figures
+
+
+# Hand-written statements per Feishu submit (the outbox event, the mark) and per card push (the claim).
+PER_SUBMIT = {
+    "outbox event: bump seq + insert": ("submit", 1),
+    "outbox, its INSERT: hand / ORM create": ("submit", 1),
+    "outbox, its bump: hand / ORM update+read": ("submit", 1),
+    "Feishu mark: latest card version + 1": ("submit", 1),
+    "card claim: conditional UPDATE": ("push", 1),
+}
+
+
+def report(target: str, figures: dict[str, Any]) -> None:
+    rows = figures["statements"]
+    yard = next(iter(rows.values()))["hand"]
+    whole = figures.get("whole")
+    say(f"\n[{target}] µs per call, median of the rounds (× the yardstick's); ORM extra = ORM − hand-written")
+    say(f"  {'statement':40} {'hand wall':>16} {'ORM wall':>16} {'extra wall':>10} {'hand CPU':>9} {'ORM CPU':>9} "
+        f"{'extra CPU':>10}  {'share of its path (CPU)':>24}")
+    for name, variants in rows.items():
+        hand, orm = variants["hand"], variants["orm"]
+        share = ""
+        if whole and name in PER_SUBMIT:
+            path, per = PER_SUBMIT[name]
+            share = f"{per * (orm['cpu_us'] - hand['cpu_us']) / whole[path]['hand']['cpu_us']:7.1%} of a {path}"
+        say(
+            f"  {name:40} {hand['wall_us']:8.1f} ({hand['wall_us'] / yard['wall_us']:4.2f}×) "
+            f"{orm['wall_us']:8.1f} ({orm['wall_us'] / yard['wall_us']:4.2f}×) {orm['wall_us'] - hand['wall_us']:10.1f} "
+            f"{hand['cpu_us']:9.1f} {orm['cpu_us']:9.1f} {orm['cpu_us'] - hand['cpu_us']:10.1f}  {share:>24}"
+        )
+    if whole:
+        say(f"  whole paths, µs (× the yardstick's), {figures['threads']} submit(s) at once (wall: the chunk's over its "
+            f"submits): as written / with {', '.join(figures['whole_orm'])} by the ORM, and the ORM's extra")
+        for path, variants in whole.items():
+            hand, orm = variants["hand"], variants["orm"]
+            say(
+                f"  {'Feishu ' + path:40} wall {hand['wall_us']:8.1f} ({hand['wall_us'] / yard['wall_us']:5.2f}×) / "
+                f"{orm['wall_us']:8.1f}  +{orm['wall_us'] / hand['wall_us'] - 1:6.1%};  CPU {hand['cpu_us']:8.1f} / "
+                f"{orm['cpu_us']:8.1f}  +{orm['cpu_us'] / hand['cpu_us'] - 1:6.1%}"
+            )
+
+
+def run_target(target: str, args: argparse.Namespace, stub_base: str) -> dict[str, Any] | None:
+    data_dir = Path(tempfile.mkdtemp(prefix=f"askcards-bench-statements-{target}-"))
+    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL", "DEBUG"}}
+    env.update({"ASKCARDS_DATA_DIR": str(data_dir), "ASKCARDS_SECRET_KEY": "bench",
+                "DJANGO_SETTINGS_MODULE": "project.settings", "LOG_LEVEL": "WARNING"})
+    try:
+        if target == "postgres":
+            try:
+                pg_admin(f"DROP DATABASE IF EXISTS {PG_DATABASE} WITH (FORCE)")
+                pg_admin(f"CREATE DATABASE {PG_DATABASE}")
+            except Exception as exc:  # noqa: BLE001 - no PostgreSQL: skip the target
+                say(f"skipping postgres: {type(exc).__name__}: {' '.join(str(exc).split())[:160]}")
+                return None
+            env["DATABASE_URL"] = f"{PG_SERVER}/{PG_DATABASE}"
+        say(f"[{target}] {args.rounds} rounds of {args.calls} calls per statement and variant, "
+            f"{args.submits} Feishu submits …")
+        proc = subprocess.run(
+            [PYTHON, "-m", "tests.bench.bench_statements", "--child", "--calls", str(args.calls), "--rounds",
+             str(args.rounds), "--submits", str(args.submits), "--stub-base", stub_base, "--orm", args.orm,
+             "--threads", str(args.threads), "--only", args.only],
+            cwd=PROJECT_DIR, env=env, capture_output=True, text=True,
+        )
+        if proc.returncode != 0:
+            raise RuntimeError(f"the {target} run failed ({proc.returncode}):\n{proc.stderr[:2000]}\n…\n{proc.stderr[-3000:]}")
+        figures = json.loads(proc.stdout.strip().splitlines()[-1])
+        report(target, figures)
+        return figures
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
+        if target == "postgres" and "DATABASE_URL" in env:
+            pg_admin(f"DROP DATABASE IF EXISTS {PG_DATABASE} WITH (FORCE)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--calls", type=int, default=1000, help="calls per statement, variant and round, default 1000")
+    parser.add_argument("--rounds", type=int, default=7, help="rounds (the median is printed), default 7")
+    parser.add_argument("--submits", type=int, default=1600,
+                        help="Feishu submits (and as many pushes) in all for the whole-path figures, 0 for none; default 1600")
+    parser.add_argument("--orm", default="outbox,mark,claim",
+                        help=f"whole paths: the statements the ORM variant writes by the ORM, of {','.join(ORM_NAMES)}; "
+                        "default all but outbox-insert")
+    parser.add_argument("--threads", type=int, default=1, help="whole paths: submits at once, default 1")
+    parser.add_argument("--only", default="", help="time only the statements whose name contains this (and the yardstick)")
+    parser.add_argument("--targets", default="sqlite,postgres", help="sqlite and/or postgres, default both")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--stub-base", default="", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        orm = set(filter(None, args.orm.split(",")))
+        if orm - set(ORM_NAMES):
+            parser.error(f"--orm takes names of {', '.join(ORM_NAMES)}")
+        print(json.dumps(measure(args.calls, args.rounds, args.submits, args.stub_base, orm, args.threads, args.only)))
+        return
+    from tests.bench.bench_feishu_callback import read_stub_port
+
+    say(f"load average at start: {os.getloadavg()}")
+    stub = subprocess.Popen([PYTHON, "-m", "tests.bench.feishu_stub"], cwd=PROJECT_DIR, stdout=subprocess.PIPE)
+    try:
+        stub_base = f"http://127.0.0.1:{read_stub_port(stub)}"
+        results = {target: run_target(target, args, stub_base) for target in args.targets.split(",")}
+    finally:
+        stub.terminate()
+        stub.wait(timeout=15)
+    say(f"load average at end: {os.getloadavg()}")
+    say(json.dumps({target: figures for target, figures in results.items() if figures}))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
