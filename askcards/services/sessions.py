@@ -6,7 +6,7 @@ import shlex
 from datetime import timedelta
 from typing import Any
 
-from django.db import IntegrityError, connection, models, transaction
+from django.db import IntegrityError, models, transaction
 from django.utils import timezone
 
 from askcards import selectors
@@ -166,17 +166,16 @@ def agent_recover(*, agent: Agent) -> int:
 def callback_receipt(*, platform: str, event_id: str) -> bool:
     """Record a platform callback's event id; False when it was handled before (a re-delivery).
 
-    One ``INSERT … ON CONFLICT DO NOTHING`` (SQLite and PostgreSQL): no savepoint needed inside
-    the caller's transaction, and a concurrent duplicate waits for the first and then inserts nothing.
-    """
-    table = CallbackReceipt._meta.db_table
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f'INSERT INTO "{table}" ("platform", "event_id", "created_at") VALUES (%s, %s, %s) '
-            'ON CONFLICT ("platform", "event_id") DO NOTHING',
-            [platform, event_id[:200], connection.ops.adapt_datetimefield_value(timezone.now())],
-        )
-        return cursor.rowcount == 1
+    The unique (platform, event_id) row decides: a duplicate's insert fails inside its own
+    savepoint, leaving the caller's transaction usable, and a concurrent duplicate waits for the
+    first and then fails. (A hand-written ``ON CONFLICT DO NOTHING`` saved under 5 % of a Feishu
+    submit in tests/bench, so the ORM does it.)"""
+    try:
+        with transaction.atomic():
+            CallbackReceipt.objects.create(platform=platform, event_id=event_id[:200])
+    except IntegrityError:
+        return False
+    return True
 
 
 # How long a callback receipt is kept. Feishu re-delivers within minutes; a DingTalk signature
