@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -11,6 +12,10 @@ from django.db import models, transaction
 from askcards import crypto, jsonlimits, netguard, outbox
 from askcards.errors import InvalidInput
 from askcards.models import Agent, Bot
+
+if TYPE_CHECKING:
+    # What get_user_model() returns: settings leave AUTH_USER_MODEL at Django's own.
+    from django.contrib.auth.models import User
 
 logger = logging.getLogger(__name__)
 
@@ -78,7 +83,7 @@ def agent_rotate_key(*, agent: Agent) -> str:
     return key
 
 
-def _granted_user(username: str):
+def _granted_user(username: str) -> User:
     """The Django user an operator names in a grant; InvalidInput (saying so) when none has that name."""
     User = get_user_model()
     user = User._default_manager.filter(**{User.USERNAME_FIELD: username}).first()
@@ -126,7 +131,7 @@ def agent_grants_set(*, agent: Agent, usernames: Sequence[str], actor: str) -> t
     return granted, revoked
 
 
-BOT_BASE_URLS = {Bot.Platform.FEISHU: "https://open.feishu.cn", Bot.Platform.DINGTALK: "https://api.dingtalk.com"}
+BOT_BASE_URLS: dict[str, str] = {Bot.Platform.FEISHU: "https://open.feishu.cn", Bot.Platform.DINGTALK: "https://api.dingtalk.com"}
 
 
 def bot_add(*, platform: str, app_id: str, app_secret: str, base_url: str = "", **secrets_and_options: str) -> Bot:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
 
@@ -137,7 +137,7 @@ def ask_cancel(*, ask: Ask, reason: str = Ask.Reason.BY_AGENT, actor: str) -> bo
     return close(ask, Ask.OPEN, Ask.Status.CANCELLED, reason, actor)
 
 
-def ask_expire(*, ask: Ask, now=None) -> bool:
+def ask_expire(*, ask: Ask, now: datetime | None = None) -> bool:
     """The deadline passed (worker only). False if the ask ended another way first."""
     now = now or timezone.now()
     if ask.deadline > now:
@@ -171,7 +171,7 @@ def cancel_open_asks(session: Session, *, actor: str) -> int:
     return sum(ask_cancel(ask=ask, reason=Ask.Reason.SESSION_CANCELLED, actor=actor) for ask in asks)
 
 
-def expire_due(*, now=None, limit: int = 200) -> int:
+def expire_due(*, now: datetime | None = None, limit: int = 200) -> int:
     """Worker step: expire open asks whose deadline passed (including while nothing ran).
 
     Several workers sweep the same due asks: each first claims the ask's row (``SKIP LOCKED`` on
@@ -189,7 +189,7 @@ def expire_due(*, now=None, limit: int = 200) -> int:
     return expired
 
 
-def purge_answers(*, now=None) -> int:
+def purge_answers(*, now: datetime | None = None) -> int:
     """Worker step: drop answer bodies N days after the result reached the agent (0 = at once)."""
     now = now or timezone.now()
     cutoff = now - timedelta(days=settings.ASKCARDS_ANSWER_RETENTION_DAYS)
@@ -235,7 +235,7 @@ def close(
     result: dict[str, Any] | None = None,
     respondent: tuple[str, str, Any] | None = None,
     detail: dict[str, Any] | None = None,
-    now=None,
+    now: datetime | None = None,
 ) -> bool:
     """The one terminal transition: conditional UPDATE, audit row, result event, on-commit hooks.
 
@@ -249,7 +249,10 @@ def close(
         else:
             # Lock and read the row first (no-op lock on SQLite, whose IMMEDIATE transactions
             # serialise writers) to know which open status the audit row should name.
-            from_status = Ask.objects.select_for_update().filter(pk=ask.pk).values_list("status", flat=True).first()
+            # A deleted row reads as "", which no transition expects.
+            from_status = (
+                Ask.objects.select_for_update().filter(pk=ask.pk).values_list("status", flat=True).first() or ""
+            )
         if result is None:
             result = _result_on_close(ask, status, reason, from_status in expected)
         won = from_status in expected and Ask.objects.filter(pk=ask.pk, status__in=expected).update(

@@ -56,11 +56,12 @@ def collection_cancel(request: dingtalk_tool.CancelRequest, *, agent: Agent, ses
     if ask is None or not ask_cancel(ask=ask, reason=Ask.Reason.BY_AGENT, actor=f"agent:{agent.name}"):
         return ToolCallOutcome("failed", _text(dingtalk_tool.failed_details(dingtalk_tool.CANCEL_NOT_ALLOWED_ERROR)), None, False)
     outbox.result_returned(ask.id, timezone.now())
+    assert ask.result is not None  # the cancel just wrote the tool's close_result
     text = _text(dingtalk_tool.cancel_details(ask.result["collection"]))
     return ToolCallOutcome("cancelled", text, None, False)
 
 
-def _owned_collections(agent: Agent, session: Session, owner: str):
+def _owned_collections(agent: Agent, session: Session, owner: str) -> list[Ask]:
     asks = (
         Ask.objects.filter(
             agent=agent,
@@ -99,6 +100,8 @@ def dingtalk_click(*, ask: Ask, user_id: str, action: str, form: dict[str, Any])
     collection's result, when the last one responds. A repeat of a recorded response is
     ``duplicate`` and changes nothing but an audit row.
     """
+    if action not in ("submit", "cancel"):
+        raise ValueError(f"action must be submit or cancel, got {action!r}")
     actor = f"respondent:{user_id or '?'}"
     respondents = list(ask.respondents.all())
     clicker = next((r for r in respondents if user_id and r.respondent_key == user_id.strip().casefold()), None)
@@ -121,13 +124,15 @@ def dingtalk_click(*, ask: Ask, user_id: str, action: str, form: dict[str, Any])
         audit_ignored(ask, "invalid", actor, DINGTALK_SURFACE)
         return ClickResult("rejected", ask, "invalid")
 
-    submission = dingtalk_tool.read_submission(ask.fields or [], form) if action == "submit" else None
+    answers: dict[str, Any] | None
     if action == "cancel":
         row_status, answers = Respondent.Status.CANCELLED, None
-    elif submission.empty:
-        row_status, answers = Respondent.Status.EMPTY, {"answers": [], "values": []}
     else:
-        row_status, answers = Respondent.Status.SUBMITTED, {"answers": submission.answers, "values": submission.values}
+        submission = dingtalk_tool.read_submission(ask.fields or [], form)
+        if submission.empty:
+            row_status, answers = Respondent.Status.EMPTY, {"answers": [], "values": []}
+        else:
+            row_status, answers = Respondent.Status.SUBMITTED, {"answers": submission.answers, "values": submission.values}
 
     if ask.target_type == Ask.Target.NONE:
         if ask.is_open and ask.deadline <= timezone.now():
@@ -175,7 +180,9 @@ def dingtalk_click(*, ask: Ask, user_id: str, action: str, form: dict[str, Any])
     return _click_outcome(ask, clicker, row_status, answers, bool(recorded))
 
 
-def _click_result(ask: Ask, status: str, reason: str, clicker: Respondent, row_status: str, answers) -> dict[str, Any]:
+def _click_result(
+    ask: Ask, status: str, reason: str, clicker: Respondent, row_status: str, answers: dict[str, Any] | None
+) -> dict[str, Any]:
     """The result of an ordinary card's click that ends it: the tool's, from this one response."""
     closing = Closing(
         ask_id=ask.pk, title=ask.title, status=status, reason=reason,
@@ -185,7 +192,9 @@ def _click_result(ask: Ask, status: str, reason: str, clicker: Respondent, row_s
     return dingtalk_tool.TOOL.close_result(closing)
 
 
-def _click_outcome(ask: Ask, clicker: Respondent, row_status: str, answers, won: bool) -> ClickResult:
+def _click_outcome(
+    ask: Ask, clicker: Respondent, row_status: str, answers: dict[str, Any] | None, won: bool
+) -> ClickResult:
     """The reply to a click. A lost ordinary click was already audited by ``close``; a refused
     targeted one is audited here (one audit row per ignored click either way)."""
     row = Respondent.objects.get(pk=clicker.pk)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import IntegrityError, models, transaction
@@ -61,7 +61,7 @@ def session_upsert(
         match = FEISHU_PRIVATE_KEY.match(key)
         fields["user_id"] = match.group("user") if match else ""
         limit = Session._meta.get_field("user_id").max_length
-        if len(fields["user_id"]) > limit:
+        if limit is not None and len(fields["user_id"]) > limit:
             raise InvalidInput(f"the user_id in session key {key[:40]!r}… is longer than {limit} characters; give user_id")
     if parent is not None and parent.agent_id != agent.id:
         raise InvalidInput("parent must be a session of this agent")
@@ -183,6 +183,6 @@ def callback_receipt(*, platform: str, event_id: str) -> bool:
 CALLBACK_RECEIPT_TTL = timedelta(days=1)
 
 
-def callback_receipts_purge(*, now=None) -> int:
+def callback_receipts_purge(*, now: datetime | None = None) -> int:
     cutoff = (now or timezone.now()) - CALLBACK_RECEIPT_TTL
     return CallbackReceipt.objects.filter(created_at__lt=cutoff).delete()[0]

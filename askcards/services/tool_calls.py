@@ -96,7 +96,7 @@ def tool_call(
     if isinstance(request, tools.ActionRequest):
         return _ACTIONS[type(request)](request, agent=agent, session=session, owner=owner)
     title_limit = Ask._meta.get_field("title").max_length
-    if len(request.title) > title_limit:
+    if title_limit is not None and len(request.title) > title_limit:
         return ToolCallOutcome("failed", tool.refusal(
             f"arguments: the card title (title, else the first field label or question header) is "
             f"{len(request.title)} characters; at most {title_limit} fit"
@@ -125,6 +125,7 @@ def tool_call(
         deadline=now + timeout,
         created_at=now,
     )
+    failure: str | None
     if not available:
         failure = Ask.Reason.NOT_AVAILABLE
         shown_on: list[surfaces.Surface] = []
@@ -132,9 +133,9 @@ def tool_call(
         shown_on = surfaces.reachable_surfaces(session, name)
         failure = None if shown_on else Ask.Reason.NO_SURFACE
     ask.surfaces = [surface.name for surface in shown_on]
-    existing = _reserve(ask, list(request.respondent_ids) or [owner])
-    if existing is not None:
-        return existing
+    raced = _reserve(ask, list(request.respondent_ids) or [owner])
+    if raced is not None:
+        return raced
 
     if failure is not None:
         close(ask, Ask.OPEN, Ask.Status.FAILED, failure, SYSTEM, result=tool.failure_result(failure, ask_id=ask.id))
@@ -166,6 +167,7 @@ def tool_call(
 def _replace_older(ask: Ask, tool: tools.Tool) -> None:
     """The person gets the tool's whole timeout from when the ask is live, and its older asks in
     the same conversation are replaced only once the new one was delivered."""
+    assert ask.activated_at is not None  # set by ask_activate, which just won
     Ask.objects.filter(pk=ask.pk, status=Ask.Status.PENDING).update(deadline=ask.activated_at + tool.default_timeout)
     older = (
         Ask.objects.filter(scope_key=ask.scope_key, tool=ask.tool, target_type=Ask.Target.NONE, status__in=Ask.OPEN)
@@ -178,7 +180,7 @@ def _replace_older(ask: Ask, tool: tools.Tool) -> None:
 
 def _check_respondent_id(owner: str) -> None:
     key_limit = Respondent._meta.get_field("respondent_key").max_length
-    if len(owner.casefold()) > key_limit:
+    if key_limit is not None and len(owner.casefold()) > key_limit:
         raise InvalidInput(
             f"sender_id (else the session's user_id) {owner[:40]!r}… is too long: "
             f"at most {key_limit} characters once case-folded"

@@ -6,7 +6,7 @@ Pure data in, data out: nothing here touches the database, so every surface and 
 from __future__ import annotations
 
 from . import ask_user_questions, dingtalk_ask_user_question
-from .base import (  # noqa: F401  (the package's public names)
+from .base import (
     ERROR_TEXTS,
     ActionRequest,
     AskRequest,
@@ -17,6 +17,11 @@ from .base import (  # noqa: F401  (the package's public names)
     dumps,
     error_result,
 )
+
+__all__ = [
+    "ERROR_TEXTS", "PLATFORM_TOOLS", "REGISTRY", "ActionRequest", "AskRequest", "Closing", "Response", "Tool",
+    "ToolInputError", "ask_user_questions", "dingtalk_ask_user_question", "dumps", "error_result", "get", "tools_for",
+]
 
 REGISTRY: dict[str, Tool] = {
     ask_user_questions.TOOL.name: ask_user_questions.TOOL,
