@@ -7,10 +7,11 @@ freshly generated agent key or webhook secret, shown once in a message right aft
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.utils import flatten, flatten_fieldsets
 from django.db import models
 from django.db.models import Count, Q, QuerySet
 from django.http import HttpRequest
@@ -19,6 +20,16 @@ from django.utils.translation import ngettext
 from . import crypto, services
 from .errors import InvalidInput, WebUserNotGranted
 from .models import Agent, Ask, AskEvent, Bot, CardMessage, OutboxEvent, ProgressCard, Respondent, Session
+
+if TYPE_CHECKING:
+    from typing import TypedDict
+
+    from django_stubs_ext import WithAnnotations
+
+    class OpenCount(TypedDict):
+        """What SessionAdmin's queryset annotates each session with."""
+
+        open_count: int
 
 # ------------------------------------------------------------------------------------------- asks
 
@@ -29,7 +40,7 @@ class ReadOnlyInline(admin.TabularInline):
     show_change_link = False
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        return list(self.fields or ())
+        return flatten(self.fields or ())
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
@@ -102,7 +113,7 @@ class AskAdmin(admin.ModelAdmin):
     )
 
     def get_readonly_fields(self, request: HttpRequest, obj: Ask | None = None) -> list[str]:
-        return [name for _, options in self.fieldsets for name in options["fields"]]
+        return flatten_fieldsets(self.fieldsets or ())
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Ask]:
         # k/N for every row in the same query as the list itself.
@@ -125,11 +136,10 @@ class AskAdmin(admin.ModelAdmin):
     def progress(self, ask: Ask) -> str:
         """k/N: respondents who are no longer pending, of all respondents."""
         total = getattr(ask, "respondents_total", None)
-        if total is None:
+        done = getattr(ask, "respondents_done", None)
+        if total is None or done is None:
             rows = list(ask.respondents.values_list("status", flat=True))
             total, done = len(rows), sum(status != Respondent.Status.PENDING for status in rows)
-        else:
-            done = ask.respondents_done
         return f"{done}/{total}"
 
     @admin.action(description="Cancel selected asks", permissions=("cancel",))
@@ -252,7 +262,7 @@ class SessionAdmin(admin.ModelAdmin):
         )
 
     @admin.display(description="open asks", ordering="open_count")
-    def open_asks(self, session: Session) -> int:
+    def open_asks(self, session: WithAnnotations[Session, OpenCount]) -> int:
         return session.open_count
 
     def save_model(self, request: HttpRequest, obj: Session, form: forms.ModelForm, change: bool) -> None:
@@ -319,12 +329,12 @@ class AgentAdmin(admin.ModelAdmin):
         kwargs["form"] = AgentChangeForm if obj is not None else AgentAddForm
         return super().get_form(request, obj, change=change, **kwargs)
 
-    def get_fields(self, request: HttpRequest, obj: Agent | None = None) -> list[str]:
+    def get_fields(self, request: HttpRequest, obj: Agent | None = None) -> tuple[str, ...]:
         if obj is None:
-            return ["name", "webhook_url", "web_users"]
-        return [
+            return ("name", "webhook_url", "web_users")
+        return (
             "name", "key_prefix", "is_active", "webhook_url", "webhook_secret_set", "web_users", "event_seq", "created_at",
-        ]
+        )
 
     def get_readonly_fields(self, request: HttpRequest, obj: Agent | None = None) -> tuple[str, ...]:
         return self.readonly_fields if obj is not None else ()
@@ -410,7 +420,7 @@ class AgentAdmin(admin.ModelAdmin):
 # ------------------------------------------------------------------------------------------- bots
 
 SECRET_FIELDS = ("app_secret", "verification_token", "encrypt_key", "api_secret")
-PLATFORM_SECRETS = {
+PLATFORM_SECRETS: dict[str, tuple[str, ...]] = {
     Bot.Platform.FEISHU: ("app_secret", "verification_token", "encrypt_key"),
     Bot.Platform.DINGTALK: ("app_secret", "api_secret"),
 }
@@ -477,7 +487,8 @@ class BotForm(forms.ModelForm):
             del self.fields["clear_secrets"]
 
     def clean(self) -> dict[str, Any]:
-        cleaned = super().clean()
+        super().clean()
+        cleaned = self.cleaned_data
         to_clear = set(cleaned.get("clear_secrets") or ())
         for name in SECRET_FIELDS:
             if name in to_clear:
@@ -497,10 +508,10 @@ class BotAdmin(admin.ModelAdmin):
     ordering = ("platform", "app_id")
     readonly_fields = ("secrets", "created_at")
 
-    def get_fields(self, request: HttpRequest, obj: Bot | None = None) -> list[str]:
-        fields = ["platform", "app_id", "name", "base_url", "template_id", "callback_mode", "is_active", *SECRET_FIELDS]
+    def get_fields(self, request: HttpRequest, obj: Bot | None = None) -> tuple[str, ...]:
+        fields: tuple[str, ...] = ("platform", "app_id", "name", "base_url", "template_id", "callback_mode", "is_active", *SECRET_FIELDS)
         if obj is not None:
-            fields += ["clear_secrets", "secrets", "created_at"]
+            fields += ("clear_secrets", "secrets", "created_at")
         return fields
 
     def get_readonly_fields(self, request: HttpRequest, obj: Bot | None = None) -> tuple[str, ...]:

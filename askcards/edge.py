@@ -318,9 +318,8 @@ def bound_server_bodies() -> None:
 
     if getattr(http_protocol.WebRequest, "bounds_bodies", False):
         return
-    base = http_protocol.WebRequest
 
-    class BoundedWebRequest(base):
+    class BoundedWebRequest(http_protocol.WebRequest):
         bounds_bodies = True
         _refused = False
         _received = 0

@@ -8,7 +8,8 @@ from __future__ import annotations
 import logging
 
 from asgiref.sync import SyncToAsync, async_to_sync
-from channels.layers import get_channel_layer
+from channels.layers import BaseChannelLayer, get_channel_layer
+from django.core.exceptions import ImproperlyConfigured
 
 logger = logging.getLogger(__name__)
 
@@ -21,6 +22,15 @@ def ask_group(ask_id: str) -> str:
 
 def agent_group(agent_id: int) -> str:
     return f"askcards.agent.{agent_id}"
+
+
+def channel_layer() -> BaseChannelLayer:
+    """The channel layer, for code that waits on groups (long-polls, MCP calls); settings always
+    configure one (``CHANNEL_LAYERS``)."""
+    layer = get_channel_layer()
+    if layer is None:
+        raise ImproperlyConfigured("CHANNEL_LAYERS has no default layer: long-polls and MCP calls wait on it")
+    return layer
 
 
 def wake(*groups: str) -> None:

@@ -79,7 +79,7 @@ def refusal(address: IPAddress, *, allow_private: bool) -> str | None:
             return f"{reason} (as {address})" if reason else None
         # 6to4 and Teredo carry an IPv4 address a relay will reach.
         for embedded in (address.sixtofour, address.teredo[1] if address.teredo else None):
-            reason = embedded and refusal(embedded, allow_private=allow_private)
+            reason = refusal(embedded, allow_private=allow_private) if embedded else None
             if reason:
                 return f"{reason} (embedded in {address})"
     if any(address in network for network in METADATA):
@@ -213,7 +213,9 @@ class PinnedAdapter(HTTPAdapter):
     def get_connection_with_tls_context(
         self, request: requests.PreparedRequest, verify: Any, proxies: Any = None, cert: Any = None
     ) -> Any:
-        host_params, pool_kwargs = self.build_connection_pool_key_attributes(request, verify, cert)
+        host_params, key_kwargs = self.build_connection_pool_key_attributes(request, verify, cert)
+        # Any urllib3 pool argument goes; requests' stubs type only the ones it sets itself.
+        pool_kwargs: dict[str, Any] = dict(key_kwargs)
         if host_params["scheme"] == "https":
             pool_kwargs["server_hostname"] = host_params["host"]
             pool_kwargs["assert_hostname"] = host_params["host"]

@@ -162,6 +162,10 @@ def _bound(shape: type[OutputSerializer]) -> OutputSerializer:
 # rendering itself), while ``to_representation`` keeps no state, so threads may share one. (No
 # docstring: the schema would show it as the description of every shape that has none.)
 class OutputSerializer(serializers.Serializer):
+    # Fields named like a Serializer attribute (fields, data, parent) carry `type: ignore[assignment]`:
+    # DRF's metaclass takes declared fields off the class, so they shadow nothing at run time, but
+    # the stubs read them as overriding the attribute.
+
     @classmethod
     def of(cls, instance: Any) -> Any:
         return _bound(cls).to_representation(instance)
@@ -226,7 +230,9 @@ class AskOutput(OutputSerializer):
     reason = _BlankAsNullChoice(choices=Ask.Reason.choices, allow_null=True, help_text="Set once terminal")
     title = serializers.CharField(allow_blank=True)
     questions = serializers.JSONField(required=False, help_text="Absent when the ask has fields")
-    fields = serializers.JSONField(required=False, help_text="Absent when the ask has questions")
+    fields = serializers.JSONField(  # type: ignore[assignment]  # a declared field: see OutputSerializer
+        required=False, help_text="Absent when the ask has questions"
+    )
     target = AskTargetOutput(source="*", allow_null=True)
     respondents = RespondentOutput(many=True)
     surfaces = serializers.ListField(child=serializers.CharField(), help_text="Where the ask is shown")
@@ -274,7 +280,7 @@ class EventOutput(OutputSerializer):
     seq = serializers.IntegerField()
     type = serializers.ChoiceField(choices=OutboxEvent.Type.choices)
     created_at = IsoDateTime()
-    data = EventDataOutput(source="*")
+    data = EventDataOutput(source="*")  # type: ignore[assignment]  # a declared field: see OutputSerializer
 
 
 def ask_data(ask: Ask) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -37,7 +37,7 @@ class Worker:
     """
 
     def __init__(self) -> None:
-        self._last_housekeeping = None
+        self._last_housekeeping: datetime | None = None
         self.lanes = (self.deadlines, self.deliveries, self.card_sync, self.housekeeping)
 
     # Each lane: one pass, returns the work it found. Connections are closed after every pass.

@@ -39,22 +39,25 @@ class StaticFiles(ASGIStaticFilesHandler):
 
 # The long-poll, callback and MCP routes bypass Django's handler and middleware; askcards.edge gives
 # them Django's Host check, security headers and a bounded body (see LongPollApp, CallbackApp).
+# Channels routes ASGI apps with Django's path(), which django-stubs types for views only, and its
+# URLRouter (typed as taking channels' own pattern type) is an app Django's static files handler
+# serves like its own: the `type: ignore[arg-type]`s below are those two seams.
 http_routes = [path(f"api/v1/{route}", LongPollApp(view.as_view())) for route, view in LONG_POLL_VIEWS.items()]
 http_routes.append(path("callbacks/feishu/<str:app_id>/", CallbackApp(feishu_handle)))
 http_routes.append(path("callbacks/dingtalk/<str:client_id>/", CallbackApp(dingtalk_handle)))
 http_routes.append(path("mcp", McpApp()))  # MCP (Streamable HTTP): parked calls hold no thread either
-http_routes.append(re_path(r"^", django_asgi_app))  # everything else: Django
+http_routes.append(re_path(r"^", django_asgi_app))  # type: ignore[arg-type]  # everything else: Django
 
-websocket_routes = [path("ws/panel/", PanelConsumer.as_asgi()), re_path(r"^", no_socket)]
+websocket_routes = [path("ws/panel/", PanelConsumer.as_asgi()), re_path(r"^", no_socket)]  # type: ignore[arg-type]
 
 application = ProtocolTypeRouter(
     {
         # Static files (admin, panel) are served here too, so one daphne process is a whole service.
         # BoundedBody: no body over DATA_UPLOAD_MAX_MEMORY_SIZE is read, whichever route serves it
         # (Django's handler would otherwise spool any size to disk before any check).
-        "http": BoundedBody(StaticFiles(URLRouter(http_routes))),
+        "http": BoundedBody(StaticFiles(URLRouter(http_routes))),  # type: ignore[arg-type]
         # The panel authenticates with the Django session cookie; the origin (scheme, host and
         # port) must be the site's own, ASKCARDS_PUBLIC_URL's or a CSRF-trusted one.
-        "websocket": OriginValidator(AuthMiddlewareStack(URLRouter(websocket_routes))),
+        "websocket": OriginValidator(AuthMiddlewareStack(URLRouter(websocket_routes))),  # type: ignore[arg-type]
     }
 )

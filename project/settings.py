@@ -218,7 +218,7 @@ else:
         "default": {
             # Django's SQLite backend, with this process's writers queued on a lock (see there).
             "ENGINE": "askcards.db.sqlite3",
-            "NAME": DATA_DIR / "askcards.sqlite3",
+            "NAME": str(DATA_DIR / "askcards.sqlite3"),
             # Keep a SQLite connection per thread instead of reopening (and re-reading the schema)
             # for every pooled call; a broken one is replaced at the next request.
             "CONN_MAX_AGE": None,

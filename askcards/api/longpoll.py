@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from io import BytesIO
 from typing import Any, Callable
 
-from channels.layers import get_channel_layer
 from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpResponse
 from rest_framework.renderers import JSONRenderer
+from rest_framework.response import Response
 
-from askcards import edge
+from askcards import edge, events
 from askcards.db import in_pool
 
 logger = logging.getLogger(__name__)
@@ -34,6 +34,12 @@ class LongPoll:
     timeout: float
     # again(final) -> the response body (JSON data), or None while still waiting (final=False only).
     again: Callable[[bool], Any]
+
+
+class LongPollResponse(Response):
+    """A view's response that may carry a ``LongPoll``: then ``LongPollApp`` waits on its groups."""
+
+    long_poll: LongPoll | None = None
 
 
 def _in_pool(fn, *args, **kwargs):
@@ -112,7 +118,7 @@ class LongPollApp:
         return drf_request.user, None
 
     async def _wait(self, poll: LongPoll, receive) -> HttpResponse | None:
-        layer = get_channel_layer()
+        layer = events.channel_layer()
         channel = await layer.new_channel()
         for group in poll.groups:
             await layer.group_add(group, channel)

@@ -61,7 +61,9 @@ class SessionUpsertInput(StrictSerializer):
     user_id = JsonString(max_length=200, required=False, allow_blank=True)
     user_name = JsonString(max_length=200, required=False, allow_blank=True)
     web_user = JsonString(max_length=150, required=False, allow_blank=True)
-    parent = JsonString(max_length=500, required=False, help_text="Parent session id or key (sub-agent)")
+    parent = JsonString(  # type: ignore[assignment]  # a declared field: see selectors.OutputSerializer
+        max_length=500, required=False, help_text="Parent session id or key (sub-agent)"
+    )
 
 
 class MessageInput(StrictSerializer):
@@ -142,7 +144,8 @@ def offered_tools(session: Session) -> list[tools.Tool]:
 class ToolsOfSession(serializers.ListSerializer):
     """``SessionOutput.tools``: rendered from the session, as ``offered_tools``."""
 
-    def to_representation(self, session: Session) -> list[dict[str, Any]]:
+    # source="*" hands this list field the session itself, not a list of rows.
+    def to_representation(self, session: Session) -> list[dict[str, Any]]:  # type: ignore[override]
         return super().to_representation(offered_tools(session))
 
 
@@ -156,7 +159,9 @@ class SessionOutput(OutputSerializer):
     user_id = serializers.CharField(allow_blank=True)
     user_name = serializers.CharField(allow_blank=True)
     web_user = serializers.CharField(allow_blank=True)
-    parent = serializers.CharField(source="parent_id", allow_null=True, help_text="The parent session's id (sub-agent)")
+    parent = serializers.CharField(  # type: ignore[assignment]  # a declared field: see selectors.OutputSerializer
+        source="parent_id", allow_null=True, help_text="The parent session's id (sub-agent)"
+    )
     tools = ToolsOfSession(child=ToolOutput(), source="*", help_text="What to hand the model for this session")
     created_at = IsoDateTime()
 
@@ -209,7 +214,7 @@ class EventsAckOutput(OutputSerializer):
 class ErrorDetailOutput(OutputSerializer):
     code = serializers.CharField(help_text="Stable; each response lists the codes it may carry")
     message = serializers.CharField(help_text="What was wrong and what was expected")
-    fields = serializers.DictField(
+    fields = serializers.DictField(  # type: ignore[assignment]  # a declared field: see selectors.OutputSerializer
         child=serializers.ListField(child=serializers.CharField()),
         required=False,
         help_text="invalid_input: each wrong field or query parameter with its messages",

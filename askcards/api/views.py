@@ -19,7 +19,7 @@ from askcards.models import Ask
 
 from . import schema
 from . import serializers as s
-from .longpoll import LongPoll
+from .longpoll import LongPoll, LongPollResponse
 
 
 def _validated(serializer_class, data) -> dict[str, Any]:
@@ -162,7 +162,7 @@ class ToolCallApi(APIView):
             data = {"status": outcome.status, "ask": None, "tool_result": outcome.tool_result}
             return Response(s.ToolCallOutput.of(data))
         ask = outcome.ask
-        response = Response(_ask_now(agent, ask.id, final=True, deliver=True, shape=_tool_call_data))
+        response = LongPollResponse(_ask_now(agent, ask.id, final=True, deliver=True, shape=_tool_call_data))
         if ask.is_open and data["wait"]:
             response.long_poll = LongPoll(
                 groups=[events.ask_group(ask.id)],
@@ -226,7 +226,7 @@ class AskWaitApi(APIView):
 
     @staticmethod
     def _wait(agent, ask_id: str, timeout: int, *, deliver: bool) -> Response:
-        response = Response(_ask_now(agent, ask_id, final=True, deliver=deliver, shape=s.AskOutput.of))
+        response = LongPollResponse(_ask_now(agent, ask_id, final=True, deliver=deliver, shape=s.AskOutput.of))
         if response.data["status"] in Ask.OPEN and timeout:
             response.long_poll = LongPoll(
                 groups=[events.ask_group(ask_id)],
@@ -273,7 +273,7 @@ class EventsApi(APIView):
     def get(self, request):
         query = _validated(s.EventsQuery, request.query_params)
         agent, after, limit = request.user, query["after"], query["limit"]
-        response = Response(_events_page(agent, after, limit, final=True))
+        response = LongPollResponse(_events_page(agent, after, limit, final=True))
         if not response.data["events"] and query["wait"]:
             response.long_poll = LongPoll(
                 groups=[events.agent_group(agent.pk)],

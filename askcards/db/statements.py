@@ -22,6 +22,13 @@ def quote(connection: BaseDatabaseWrapper, name: str) -> str:
     return connection.ops.quote_name(name)
 
 
+def column(field: models.Field[Any, Any]) -> str:
+    """A concrete field's column name (Django calls a field concrete when it has one)."""
+    if field.column is None:
+        raise ValueError(f"{field} has no column of its own")
+    return field.column
+
+
 def _connection_for(model: type[models.Model]) -> BaseDatabaseWrapper:
     return connections[router.db_for_write(model)]
 
@@ -46,7 +53,7 @@ def row_values(model: type[models.Model], connection: BaseDatabaseWrapper, **val
     row = model(**values)  # the fields' defaults, as create() would fill them
     fields = insert_fields(model)
     params = [field.get_db_prep_save(field.pre_save(row, True), connection) for field in fields]
-    return [field.column for field in fields], params
+    return [column(field) for field in fields], params
 
 
 def append_row(model: type[models.Model], **values: Any) -> None:
@@ -63,7 +70,7 @@ def append_row(model: type[models.Model], **values: Any) -> None:
 @functools.lru_cache(maxsize=None)
 def _insert_sql(model: type[models.Model], alias: str) -> str:
     connection = connections[alias]
-    columns = [quote(connection, field.column) for field in insert_fields(model)]
+    columns = [quote(connection, column(field)) for field in insert_fields(model)]
     return (
         f"INSERT INTO {quote(connection, model._meta.db_table)} ({', '.join(columns)}) "
         f"VALUES ({', '.join(['%s'] * len(columns))})"
@@ -148,7 +155,7 @@ def _bump_and_insert_sql(alias: str) -> str:
             values.append(typed)
     return (
         f"WITH bumped AS ({_bump_sql(alias)}) INSERT INTO {quote(connection, OutboxEvent._meta.db_table)} "
-        f"({', '.join(quote(connection, field.column) for field in fields)}) SELECT {', '.join(values)} FROM bumped"
+        f"({', '.join(quote(connection, column(field)) for field in fields)}) SELECT {', '.join(values)} FROM bumped"
     )
 
 
@@ -175,13 +182,14 @@ def _claim_sql(alias: str, unchanged: tuple[str, ...]) -> str:
     from askcards.models import CardMessage
 
     connection = connections[alias]
-    column = {name: quote(connection, CardMessage._meta.get_field(name).column) for name in
+    fields = {field.name: field for field in CardMessage._meta.concrete_fields}
+    quoted = {name: quote(connection, column(fields[name])) for name in
               ("id", "version", "synced_version", "next_sync_at", *unchanged)}
     return (
-        f"UPDATE {quote(connection, CardMessage._meta.db_table)} SET {column['next_sync_at']} = %s "
-        f"WHERE {column['id']} = %s AND {column['version']} > {column['synced_version']} "
-        f"AND ({column['next_sync_at']} IS NULL OR {column['next_sync_at']} <= %s)"
-        + "".join(f" AND {column[name]} = %s" for name in unchanged)
+        f"UPDATE {quote(connection, CardMessage._meta.db_table)} SET {quoted['next_sync_at']} = %s "
+        f"WHERE {quoted['id']} = %s AND {quoted['version']} > {quoted['synced_version']} "
+        f"AND ({quoted['next_sync_at']} IS NULL OR {quoted['next_sync_at']} <= %s)"
+        + "".join(f" AND {quoted[name]} = %s" for name in unchanged)
     )
 
 

@@ -27,7 +27,7 @@ RELATED_TASK_META = "io.modelcontextprotocol/related-task"
 
 POLL_INTERVAL_MS = 5000
 ERROR_STATUSES = frozenset({Ask.Status.EXPIRED, Ask.Status.FAILED, Ask.Status.INVALIDATED, Ask.Status.CANCELLED})
-TASK_STATUS = {
+TASK_STATUS: dict[str, str] = {
     Ask.Status.RESERVED: "working",
     Ask.Status.PENDING: "working",
     Ask.Status.ANSWERED: "completed",

@@ -21,12 +21,12 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+from collections.abc import Mapping
 from contextvars import ContextVar
 from typing import Any
 
 import anyio
 import mcp_types as types
-from channels.layers import get_channel_layer
 from django.db.models import Q, prefetch_related_objects
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -223,7 +223,7 @@ async def call_tool(ctx: ServerRequestContext[Any, Any], params: types.CallToolR
     return _call_result(ask.status, (ask.result or {}).get("tool_result"), ask)
 
 
-async def call_as_task(ctx: ServerRequestContext[Any, Any], caller: Caller, raw: dict[str, Any]) -> dict[str, Any]:
+async def call_as_task(ctx: ServerRequestContext[Any, Any], caller: Caller, raw: Mapping[str, Any]) -> dict[str, Any]:
     """A task-augmented ``tools/call``: the ask is created as usual and returned at once as a
     working task (a call that creates no ask, like DingTalk's ``list``, answers directly)."""
     try:
@@ -265,7 +265,7 @@ class Subscription:
     arrive before the request starts waiting are queued, not lost."""
 
     def __init__(self):
-        self.layer = get_channel_layer()
+        self.layer = events.channel_layer()
         self.channel = ""
         self.groups: list[str] = []
         self._next: asyncio.Future | None = None
@@ -331,7 +331,7 @@ async def cancelled(ctx: ServerRequestContext[Any, Any], params: types.Cancelled
     caller = _caller.get(None)
     if caller is None or params.request_id is None:
         return
-    layer = get_channel_layer()
+    layer = events.channel_layer()
     await layer.group_send(cancel_group(caller, params.request_id), {"type": CANCEL})
 
 
@@ -359,7 +359,9 @@ async def tasks_result(ctx: ServerRequestContext[Any, Any], params: types.GetTas
         if ask.is_open:
             raise MCPError(code=INTERNAL_ERROR, message=f"task {ask.id} is still working past its deadline; poll tasks/get")
         status = types.TaskStatusNotification(params=types.TaskStatusNotificationParams.model_validate(results.task(ask), by_name=False))
-        await ctx.session.send_notification(status, related_request_id=ctx.request_id)
+        # The SDK's ServerNotification union leaves the tasks extension's notification out (its
+        # types are types-only there); send_notification only serialises what it is given.
+        await ctx.session.send_notification(status, related_request_id=ctx.request_id)  # type: ignore[arg-type]
     await in_pool(services.ask_result_returned, ask=ask)
     return results.task_result(ask)
 

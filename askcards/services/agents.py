@@ -58,7 +58,7 @@ def agent_create(
     return agent, key
 
 
-def _check_columns(model: type[models.Model], **values: str) -> None:
+def _check_columns(model: type[models.Model], **values: object) -> None:
     """Raise InvalidInput unless each value fits its column on every database: at most the field's
     max_length (SQLite would store more, PostgreSQL refuses it mid-transaction) and no NUL or
     lone surrogate (a command line's undecodable bytes arrive as lone surrogates)."""
@@ -134,7 +134,9 @@ def agent_grants_set(*, agent: Agent, usernames: Sequence[str], actor: str) -> t
 BOT_BASE_URLS: dict[str, str] = {Bot.Platform.FEISHU: "https://open.feishu.cn", Bot.Platform.DINGTALK: "https://api.dingtalk.com"}
 
 
-def bot_add(*, platform: str, app_id: str, app_secret: str, base_url: str = "", **secrets_and_options: str) -> Bot:
+def bot_add(
+    *, platform: str, app_id: str, app_secret: str, base_url: str = "", **secrets_and_options: str | bool
+) -> Bot:
     """Register a Feishu or DingTalk app. Secrets are encrypted at rest."""
     if platform not in Bot.Platform.values:
         raise InvalidInput(f"platform must be feishu or dingtalk, got {platform!r}")
