@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..base import AskRequest, Closing, Tool
-from .request import (  # noqa: F401  (the tool's public names)
+from .request import (
     CancelRequest,
     CreateRequest,
     ListRequest,
@@ -25,8 +25,8 @@ from .request import (  # noqa: F401  (the tool's public names)
     read_submission,
     submission_problem,
 )
-from .schema import DEFAULT_TIMEOUT_MINUTES, DESCRIPTION, INPUT_SCHEMA, NAME  # noqa: F401
-from .texts import (  # noqa: F401
+from .schema import DEFAULT_TIMEOUT_MINUTES, DESCRIPTION, INPUT_SCHEMA, NAME
+from .texts import (
     ACTIVATION_LOST_ERROR,
     CANCEL_NOT_ALLOWED_ERROR,
     COLLECTION_PROMPT,
@@ -43,6 +43,16 @@ from .texts import (  # noqa: F401
     pending_details,
     tool_result_text,
 )
+
+# The tool's public names: the services and the DingTalk surface import them from here.
+__all__ = [
+    "ACTIVATION_LOST_ERROR", "CANCEL_NOT_ALLOWED_ERROR", "COLLECTION_PROMPT", "COLLECTION_STATUS",
+    "DEFAULT_TIMEOUT_MINUTES", "DESCRIPTION", "INPUT_SCHEMA", "NAME", "NO_CONTEXT_ERROR", "PENDING_MESSAGE",
+    "TIMEOUT_ERROR", "TOOL", "CancelRequest", "CreateRequest", "DingTalkAskUserQuestion", "ListRequest",
+    "Submission", "answer_message", "as_text", "cancel_details", "collection_message", "collection_result",
+    "delivery_error", "failed_details", "form_fields_from_fields", "list_details", "parse_request",
+    "pending_details", "read_submission", "submission_problem", "tool_result_text",
+]
 
 
 class DingTalkAskUserQuestion(Tool):

@@ -123,7 +123,9 @@ def parse_request(arguments: Any) -> CreateRequest | ListRequest | CancelRequest
         if target is None or not _is_whole_number(timeout) or not 1 <= timeout <= MAX_TIMEOUT_MINUTES:
             raise ToolInputError(f"Error: {TIMEOUT_ERROR}")
         timeout = int(timeout)
-    questions, fields = arguments.get("questions"), arguments.get("fields")
+    # The model's JSON, its shape checked below (the published schema) before it is read.
+    questions: Any = arguments.get("questions")
+    fields: Any = arguments.get("fields")
     has_questions = isinstance(questions, list) and len(questions) > 0
     has_fields = isinstance(fields, list) and len(fields) > 0
     if not has_questions and not has_fields and not _odd_value(questions) and not _odd_value(fields):
@@ -173,7 +175,7 @@ def parse_target(raw: Any) -> Target:
     return Target("group", target_id, tuple(cleaned))
 
 
-def _raw_id(value: Any) -> str:
+def _raw_id(value: object) -> str:
     if not isinstance(value, str):
         raise ValueError(TARGET_IDS_ERROR)
     value = value.strip()

@@ -5,6 +5,7 @@ ordinary card's outcome injects as the person's next turn, and a targeted collec
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
@@ -95,7 +96,7 @@ _ORDINARY_HEADINGS = {
 
 
 def answer_message(*, reason: str, question_id: str, title: str,
-                   answers: list[dict[str, str]] | None = None) -> str | None:
+                   answers: Sequence[Mapping[str, str]] | None = None) -> str | None:
     """The message a non-targeted card's outcome injects as the person's next turn (reference §9),
     or None for outcomes that send none (superseded, restart, cancelled by agent or operator, …)."""
     if reason not in _ORDINARY_HEADINGS:
