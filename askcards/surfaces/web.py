@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.utils import timezone
 
@@ -49,7 +50,7 @@ def presence_purge_stale() -> int:
 MAX_KNOWN = 50  # asks a reconnecting panel may ask about (it lists those it still shows as open)
 
 
-def ask_message(ask: Ask) -> dict:
+def ask_message(ask: Ask) -> dict[str, Any]:
     # ``deadline`` goes beyond SPEC §6.3's fields so the page can say until when it may answer.
     return {
         "type": "ask_user_questions",
@@ -60,11 +61,11 @@ def ask_message(ask: Ask) -> dict:
     }
 
 
-def cancelled_message(ask: Ask) -> dict:
+def cancelled_message(ask: Ask) -> dict[str, str]:
     return {"type": "ask_user_questions_cancelled", "requestId": ask.id, "reason": ask.reason or ask.status}
 
 
-def panel_snapshot(username: str, known: list[str]) -> list[dict]:
+def panel_snapshot(username: str, known: list[str]) -> list[dict[str, Any]]:
     """What a (re)connecting panel is sent: every pending web ask of the user, oldest first, then
     how each ask it still shows as open (``known``) ended while it was away."""
     mine = Ask.objects.filter(session__web_user=username)
@@ -93,6 +94,6 @@ class WebSurface(Surface):
         presence_purge_stale()
         return 0
 
-    def _push(self, ask: Ask, message: dict) -> None:
+    def _push(self, ask: Ask, message: dict[str, Any]) -> None:
         if ask.session.web_user:
             events.send([(panel_group(ask.session.web_user), message)])

@@ -1,6 +1,7 @@
 """`ask_user_questions` (Claude Code compatible; Feishu seed §4.3, SPEC §4.1)."""
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .base import AskRequest, Tool, ToolInputError
@@ -93,7 +94,7 @@ class AskUserQuestions(Tool):
         return normalise_answers(questions, answers)
 
 
-def normalise_answers(questions: list[dict[str, Any]], answers: Any) -> list[dict[str, Any]]:
+def normalise_answers(questions: Sequence[Mapping[str, Any]], answers: Any) -> list[dict[str, Any]]:
     """Map what a surface submitted onto the seed's answer shape, or raise ValueError.
 
     ``answers`` is one entry per question, in order: ``{"selectedLabels": [...], "customInput": str|None}``

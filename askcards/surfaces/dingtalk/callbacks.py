@@ -149,8 +149,8 @@ def parse_callback(payload: Any) -> CardCallback:
         action, form = OTHER, {}
     if action != OTHER and not out_track_id and not question_id:
         raise MalformedCallback("a submit or cancel names no outTrackId and no question id")
-    for name, value in (("outTrackId", out_track_id), ("userId", user_id), ("actionIds[0]", action_id)):
-        if len(value) > MAX_ID_CHARS:
+    for name, text in (("outTrackId", out_track_id), ("userId", user_id), ("actionIds[0]", action_id)):
+        if len(text) > MAX_ID_CHARS:
             raise MalformedCallback(f"{name} is longer than {MAX_ID_CHARS} characters", out_track_id=out_track_id[:MAX_ID_CHARS])
     _check_lengths(form, out_track_id)
     return CardCallback(out_track_id, question_id, user_id, action, form)
@@ -162,7 +162,7 @@ def _decode(payload: Any) -> Any:
     return payload
 
 
-def _loads(text: str | bytes, what: str) -> Any:
+def _loads(text: str | bytes | bytearray, what: str) -> Any:
     try:
         return jsonlimits.load(text, what=what, max_bytes=MAX_PAYLOAD_BYTES)
     except jsonlimits.JSONRefused as exc:

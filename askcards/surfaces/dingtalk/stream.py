@@ -23,7 +23,7 @@ from typing import Any, Awaitable, Callable
 from urllib.parse import quote
 
 import requests
-from websockets.asyncio.client import connect
+from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import WebSocketException
 
 from askcards import jsonlimits
@@ -131,8 +131,13 @@ class StreamClient:
 
     # -- frames ---------------------------------------------------------------------------------
 
-    async def _serve(self, websocket) -> None:
-        tasks: set[asyncio.Task] = set()
+    async def _serve(self, websocket: ClientConnection) -> None:
+        tasks: set[asyncio.Task[None]] = set()
+
+        def finished(task: asyncio.Task[None]) -> None:
+            tasks.discard(task)
+            self._slots.release()
+
         try:
             while True:
                 try:
@@ -158,19 +163,23 @@ class StreamClient:
                 await self._slots.acquire()
                 task = asyncio.create_task(self._dispatch(websocket, kind, topic, headers, frame.get("data")))
                 tasks.add(task)
-                task.add_done_callback(lambda done: (tasks.discard(done), self._slots.release()))
+                task.add_done_callback(finished)
         finally:
             for task in tasks:
                 task.cancel()
 
-    async def _dispatch(self, websocket, kind: str, topic: str, headers: dict[str, Any], data: Any) -> None:
+    async def _dispatch(
+        self, websocket: ClientConnection, kind: str | None, topic: str | None, headers: dict[str, Any], data: Any
+    ) -> None:
         try:
             await self._answer(websocket, kind, topic, headers, data)
         except WebSocketException:
             # The connection went away before the ack; DingTalk re-pushes the frame on the next one.
             logger.info("dingtalk stream of app %s closed before an ack", self.client_id)
 
-    async def _answer(self, websocket, kind: str, topic: str, headers: dict[str, Any], data: Any) -> None:
+    async def _answer(
+        self, websocket: ClientConnection, kind: str | None, topic: str | None, headers: dict[str, Any], data: Any
+    ) -> None:
         if kind == "EVENT":
             await self._ack(websocket, headers, json.dumps({"status": "SUCCESS", "message": "ignored"}))
             return
@@ -189,7 +198,7 @@ class StreamClient:
             self._remember(message_id, reply)
         await self._ack(websocket, headers, json.dumps({"response": reply}, ensure_ascii=False))
 
-    async def _ack(self, websocket, headers: dict[str, Any], data: Any, *, code: int = 200) -> None:
+    async def _ack(self, websocket: ClientConnection, headers: dict[str, Any], data: Any, *, code: int = 200) -> None:
         ack = {
             "code": code,
             "headers": {"messageId": headers.get("messageId", ""), "contentType": "application/json"},

@@ -21,6 +21,7 @@ Nothing here runs on a callback's critical path: the callback answers from the d
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 from typing import Any
 
 from django.db import transaction
@@ -149,6 +150,7 @@ class DingTalkSurface(Surface):
         """createAndDeliver the card. The CardMessage row is written first, so a crash after
         DingTalk created the card still leaves its outTrackId to update."""
         bot = ask.session.bot
+        assert bot is not None  # reachable() offers this surface only to sessions with a bot
         kind, space_id, forward = space_of(ask)
         variables = desired_variables(ask, CardMessage(card_reason=""))
         message = CardMessage.objects.create(
@@ -200,7 +202,7 @@ class DingTalkSurface(Surface):
                 card_reason="dispatch_failed", version=F("version") + 1
             )
 
-    def sync_due(self, now, report: SyncReport) -> int:
+    def sync_due(self, now: datetime, report: SyncReport) -> int:
         due = sync.due_card_messages(now, platform=Bot.Platform.DINGTALK, limit=BATCH, ask__isnull=False)
         return sum(sync_message(pk, now=now) for pk in due)
 
@@ -209,7 +211,7 @@ def touch(ask: Ask) -> None:
     CardMessage.objects.filter(ask_id=ask.pk, platform=Bot.Platform.DINGTALK).update(version=F("version") + 1)
 
 
-def sync_message(pk: int, *, now=None) -> bool:
+def sync_message(pk: int, *, now: datetime | None = None) -> bool:
     """PUT one card's changed variables if it is due and no other worker holds it; True if claimed."""
     now = now or timezone.now()
     if not sync.claim_card_message(pk, now):
@@ -220,6 +222,7 @@ def sync_message(pk: int, *, now=None) -> bool:
         # createAndDeliver never succeeded: there is no card to update.
         CardMessage.objects.filter(pk=pk).update(synced_version=version, next_sync_at=None)
         return True
+    assert message.ask is not None  # an ask's card (sync_due reads no other)
     desired = desired_variables(message.ask, message)
     changed = cards.changed_variables(message.pushed, desired)
     started = timezone.now()
@@ -235,7 +238,7 @@ def sync_message(pk: int, *, now=None) -> bool:
     return True
 
 
-def _failed(message: CardMessage, exc: DingTalkError, version: int, started) -> None:
+def _failed(message: CardMessage, exc: DingTalkError, version: int, started: datetime) -> None:
     # A QPS throttle says when to try again (its one-second window), exactly: no backoff on top.
     qps_limited = exc.code.startswith("Forbidden.AccessDenied.Q")
     sync.card_push_failed(

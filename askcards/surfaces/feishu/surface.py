@@ -18,6 +18,7 @@ worker's card-sync lane then sends or PATCHes the card, rendered from the latest
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 
 from django.conf import settings
 from django.db.models import Prefetch, QuerySet
@@ -125,7 +126,7 @@ class FeishuSurface(Surface):
     def withdraw(self, ask: Ask) -> None:
         """Marked in the transition's transaction; the worker's card sync PATCHes it."""
 
-    def sync_due(self, now, report: SyncReport) -> int:
+    def sync_due(self, now: datetime, report: SyncReport) -> int:
         due = sync.due_card_messages(now, platform=Bot.Platform.FEISHU, limit=BATCH, progress_card__isnull=False)
         # The batch's rows and their sessions' pending asks in two queries, not one per card.
         # Read before each message's claim: if anything changed since, its version changed
@@ -140,7 +141,7 @@ class FeishuSurface(Surface):
         return sum(sync_message(rows[pk], report, now=now) for pk in due if pk in rows)
 
 
-def sync_message(message: CardMessage, report: SyncReport, *, now=None) -> bool:
+def sync_message(message: CardMessage, report: SyncReport, *, now: datetime | None = None) -> bool:
     """Push one card message (read with its bot, card and session, and the session's
     ``pending`` asks) if it is still due and no other worker holds it; True if this call pushed.
     A card whose first send failed for good goes into ``report``."""
@@ -152,7 +153,9 @@ def sync_message(message: CardMessage, report: SyncReport, *, now=None) -> bool:
     pk = message.pk
     version = message.version  # read before rendering: the render is at least this new
     card = message.progress_card
-    rendered = render(card, card.session.pending)
+    assert card is not None  # a progress card's message (sync_due reads no other)
+    # The session's pending asks, as sync_due's Prefetch(to_attr=) attached them.
+    rendered = render(card, card.session.pending)  # type: ignore[attr-defined]
     started = timezone.now()
     try:
         message_id = _push(message, card, rendered)
@@ -181,7 +184,7 @@ def _push(message: CardMessage, card: ProgressCard, rendered: RenderedCard) -> s
     return sent.message_id
 
 
-def _failed(message: CardMessage, exc: FeishuError, version: int, started) -> bool:
+def _failed(message: CardMessage, exc: FeishuError, version: int, started: datetime) -> bool:
     """Retry a transient failure later; give up on this state after a permanent one (a later
     change tries again). True when a first send cannot succeed: the asks waiting on the card
     must fail (the worker's part)."""
