@@ -509,7 +509,9 @@ class BotAdmin(admin.ModelAdmin):
     readonly_fields = ("secrets", "created_at")
 
     def get_fields(self, request: HttpRequest, obj: Bot | None = None) -> tuple[str, ...]:
-        fields: tuple[str, ...] = ("platform", "app_id", "name", "base_url", "template_id", "callback_mode", "is_active", *SECRET_FIELDS)
+        fields: tuple[str, ...] = (
+            "platform", "app_id", "name", "base_url", "template_id", "callback_mode", "is_active", *SECRET_FIELDS,
+        )
         if obj is not None:
             fields += ("clear_secrets", "secrets", "created_at")
         return fields

@@ -131,7 +131,10 @@ def agent_grants_set(*, agent: Agent, usernames: Sequence[str], actor: str) -> t
     return granted, revoked
 
 
-BOT_BASE_URLS: dict[str, str] = {Bot.Platform.FEISHU: "https://open.feishu.cn", Bot.Platform.DINGTALK: "https://api.dingtalk.com"}
+BOT_BASE_URLS: dict[str, str] = {
+    Bot.Platform.FEISHU: "https://open.feishu.cn",
+    Bot.Platform.DINGTALK: "https://api.dingtalk.com",
+}
 
 
 def bot_add(

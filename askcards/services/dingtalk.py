@@ -132,7 +132,8 @@ def dingtalk_click(*, ask: Ask, user_id: str, action: str, form: dict[str, Any])
         if submission.empty:
             row_status, answers = Respondent.Status.EMPTY, {"answers": [], "values": []}
         else:
-            row_status, answers = Respondent.Status.SUBMITTED, {"answers": submission.answers, "values": submission.values}
+            row_status = Respondent.Status.SUBMITTED
+            answers = {"answers": submission.answers, "values": submission.values}
 
     if ask.target_type == Ask.Target.NONE:
         if ask.is_open and ask.deadline <= timezone.now():
