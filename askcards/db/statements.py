@@ -185,7 +185,7 @@ def _claim_sql(alias: str, unchanged: tuple[str, ...]) -> str:
     )
 
 
-def progress_card_mark(*, session_id: int) -> int:
+def progress_card_mark(*, session_id: str) -> int:
     """One more render of the session's latest progress card (the highest id, as
     ``ProgressCard.objects.runs_of`` orders them): ``version + 1`` on each of its messages.
     Returns how many messages were marked."""
