@@ -1,6 +1,5 @@
 """Database helpers shared by the async entry points (long-polls, platform callbacks) and the
-transitions' hot path. Every hand-written statement is in ``askcards.db.statements``; its
-``append_row`` is re-exported here for the services."""
+transitions' hot path. Every hand-written statement is in ``askcards.db.statements``."""
 from __future__ import annotations
 
 from typing import Any, Awaitable, Callable
@@ -8,9 +7,7 @@ from typing import Any, Awaitable, Callable
 from asgiref.sync import sync_to_async
 from django.db import close_old_connections
 
-from .statements import append_row
-
-__all__ = ["append_row", "in_pool"]
+__all__ = ["in_pool"]
 
 
 def in_pool(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Awaitable[Any]:

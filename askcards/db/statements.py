@@ -56,27 +56,6 @@ def row_values(model: type[models.Model], connection: BaseDatabaseWrapper, **val
     return [column(field) for field in fields], params
 
 
-def append_row(model: type[models.Model], **values: Any) -> None:
-    """INSERT one row of an append-only table (the audit rows), without reading it back.
-
-    Stores what ``model.objects.create(**values)`` stores (tests/db proves it), with the statement
-    built once per model and database instead of by the ORM's compiler on every call."""
-    connection = _connection_for(model)
-    _, params = row_values(model, connection, **values)
-    with connection.cursor() as cursor:
-        cursor.execute(_insert_sql(model, connection.alias), params)
-
-
-@functools.lru_cache(maxsize=None)
-def _insert_sql(model: type[models.Model], alias: str) -> str:
-    connection = connections[alias]
-    columns = [quote(connection, column(field)) for field in insert_fields(model)]
-    return (
-        f"INSERT INTO {quote(connection, model._meta.db_table)} ({', '.join(columns)}) "
-        f"VALUES ({', '.join(['%s'] * len(columns))})"
-    )
-
-
 # ------------------------------------------------------------------------------- the outbox
 
 

@@ -57,9 +57,10 @@ def pairs(calls: int) -> list[tuple[str, Callable[[str], Callable[[int], Any]], 
     returns the call to time (taking the call's number); reset runs untimed before each run."""
     from django.utils import timezone
 
-    from askcards import services, surfaces
+    from askcards import services
     from askcards.db import statements
     from askcards.models import Agent, Ask, CardMessage, ProgressCard
+    from askcards.surfaces import sync
 
     agent, _ = services.agent_create(name="bench")
     Agent.objects.filter(pk=agent.pk).update(webhook_url="https://agent.example.com/hook")
@@ -112,12 +113,12 @@ def pairs(calls: int) -> list[tuple[str, Callable[[str], Callable[[int], Any]], 
     def mark_orm(_label):
         return lambda i: _orm_feishu_mark(None, SimpleNamespace(session_id=sessions[i % len(sessions)]))
 
-    # surfaces.claim_card_message (Feishu's, with the message id that must not have changed).
+    # sync.claim_card_message (Feishu's, with the message id that must not have changed).
     def claim_hand(_label):
         def call(i):
             now = timezone.now()
             pk, message_id = claimable[i]
-            assert statements.card_message_claim(pk, until=now + surfaces.CARD_CLAIM, now=now, message_id=message_id)
+            assert statements.card_message_claim(pk, until=now + sync.CARD_CLAIM, now=now, message_id=message_id)
         return call
 
     def claim_orm(_label):
@@ -191,13 +192,13 @@ def _orm_feishu_mark(self, ask) -> None:
 def _orm_claim_card_message(pk: int, now, **unchanged) -> bool:
     from django.db.models import F, Q
 
-    from askcards import surfaces
+    from askcards.surfaces import sync
     from askcards.models import CardMessage
 
     return bool(
         CardMessage.objects.filter(pk=pk, version__gt=F("synced_version"), **unchanged)
         .filter(Q(next_sync_at__isnull=True) | Q(next_sync_at__lte=now))
-        .update(next_sync_at=now + surfaces.CARD_CLAIM)
+        .update(next_sync_at=now + sync.CARD_CLAIM)
     )
 
 
@@ -220,8 +221,8 @@ def orm_patches(names: set[str]) -> list[tuple[Any, str, Any]]:
     paths: wherever the statement's function is bound in askcards' modules (``from … import``
     included), and the call sites that still write their statement out themselves.
     ``outbox-insert`` keeps the hand-written bump and inserts the event by the ORM."""
-    from askcards import surfaces
     from askcards.db import statements
+    from askcards.surfaces import sync
     from askcards.surfaces.feishu.surface import FeishuSurface
 
     replacements = {}
@@ -240,7 +241,7 @@ def orm_patches(names: set[str]) -> list[tuple[Any, str, Any]]:
         patch
         for key, patch in (
             ("mark", (FeishuSurface, "mark", _orm_feishu_mark)),
-            ("claim", (surfaces, "claim_card_message", _orm_claim_card_message)),
+            ("claim", (sync, "claim_card_message", _orm_claim_card_message)),
         )
         if key in names
     ]
@@ -310,6 +311,7 @@ def whole(submits: list[Any], chunk: int, rounds: int, orm: set[str], threads: i
     from django.utils.datastructures import CaseInsensitiveMapping
 
     from askcards import callbacks
+    from askcards.surfaces.base import SyncReport
     from askcards.surfaces.feishu.surface import FeishuSurface
     from tests.bench import bench_feishu_callback as fb
 
@@ -341,7 +343,7 @@ def whole(submits: list[Any], chunk: int, rounds: int, orm: set[str], threads: i
                     pushed = 0
                     started, started_cpu = time.perf_counter(), time.process_time()
                     while True:
-                        done = surface.sync_due(timezone.now())
+                        done = surface.sync_due(timezone.now(), SyncReport())
                         if not done:
                             break
                         pushed += done
