@@ -12,7 +12,7 @@ import hashlib
 import hmac
 import logging
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import requests
@@ -139,14 +139,6 @@ class DingTalkClient:
 
     def __repr__(self) -> str:  # never the secret
         return f"DingTalkClient(client_id={self.client_id!r}, base_url={self.base_url!r})"
-
-    @property
-    def max_attempts(self) -> int:
-        return self.retry.max_attempts
-
-    @max_attempts.setter
-    def max_attempts(self, value: int) -> None:
-        self.retry = replace(self.retry, max_attempts=value)
 
     @property
     def default_route_key(self) -> str:
