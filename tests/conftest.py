@@ -146,12 +146,24 @@ def answer_for(question: str = "Which database should we use?", labels=("Postgre
 
 
 @pytest.fixture(scope="session")
-def django_db_modify_db_settings(tmp_path_factory):
+def django_db_modify_db_settings(tmp_path_factory, django_db_modify_db_settings_parallel_suffix):
     """Test on a SQLite file, like the service does: the in-memory shared-cache database fails
     concurrent writers at once ("table is locked") instead of queueing them behind the busy timeout,
-    which the long-poll, panel and race tests exercise with real threads."""
+    which the long-poll, panel and race tests exercise with real threads. Each xdist worker has its
+    own file (its own temporary directory) and, on PostgreSQL, its own test database (pytest-django's
+    ``_gw0``-style suffix, which this fixture keeps by depending on it)."""
     from django.conf import settings
 
     database = settings.DATABASES["default"]
     if database["ENGINE"].endswith("sqlite3"):
         database.setdefault("TEST", {})["NAME"] = str(tmp_path_factory.mktemp("db") / "test.sqlite3")
+
+
+def pytest_collection_modifyitems(config, items):
+    """The test command runs on pytest-xdist with ``--dist loadgroup`` (pyproject). The multi-process
+    tests in tests/scale each start several servers and workers against PostgreSQL and Redis: they
+    run in one worker, one after another, so they never compete with each other for the machine
+    (the other worker keeps running the rest of the suite)."""
+    for item in items:
+        if item.nodeid.startswith("tests/scale/"):
+            item.add_marker(pytest.mark.xdist_group("scale"))
