@@ -7,8 +7,8 @@ Feishu API is called on this path (the group's copy is PATCHed by the worker aft
 from __future__ import annotations
 
 import logging
+from functools import partial
 
-from django.conf import settings
 from django.db import transaction
 from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
@@ -17,9 +17,8 @@ from django.views.decorators.http import require_POST
 from askcards import edge, selectors, services
 from askcards.db import in_pool
 from askcards.errors import BotSecretsUnreadable
-from askcards.models import Ask, Bot, CardMessage, ProgressCard
-from askcards.surfaces.dingtalk import callbacks as dingtalk_callbacks
-from askcards.surfaces.dingtalk import surface as dingtalk
+from askcards.models import Ask, Bot, ProgressCard
+from askcards.surfaces.dingtalk import handler as dingtalk_handler
 from askcards.surfaces.feishu import cards as feishu_cards
 from askcards.surfaces.feishu import parse as feishu_parse
 from askcards.surfaces.feishu import security as feishu_security
@@ -181,64 +180,10 @@ def _progress_cancel(bot: Bot, action) -> tuple[str, str, ProgressCard | None]:
 
 
 # ------------------------------------------------------------------------------------ DingTalk
+# The HTTP and Stream handler is DingTalk's own (surfaces/dingtalk/handler.py); the click's effect
+# is the service it is given.
 
-
-def dingtalk_handle(client_id: str, headers, raw_body: bytes) -> tuple[int, dict]:
-    """HTTP card callbacks of a DingTalk app (SPEC §6.2): signature, then the shared handler.
-
-    DingTalk signs the timestamp, not the body (platform §1.4), so a bot without an api_secret
-    accepts nothing here (register the route with one: ``askcards_dingtalk_register``), and each
-    signature pair is accepted once: its receipt commits with the callback's effect, so a pair
-    whose callback failed (rolled back) still works for DingTalk's retry, and any later use of an
-    accepted pair — whatever body it carries — is refused with 401 and changes nothing.
-    """
-    try:
-        bot = selectors.active_bot(platform=Bot.Platform.DINGTALK, app_id=client_id)
-    except BotSecretsUnreadable as exc:
-        return exc.status, {"error": str(exc)}
-    if bot is None:
-        return 404, {"error": "unknown app"}
-    if not bot.api_secret:
-        logger.warning("dingtalk callback for app %s refused: the bot has no api_secret", client_id)
-        return 401, {"error": "this app has no api_secret; HTTP callbacks cannot be verified"}
-    timestamp = headers.get(dingtalk_callbacks.TIMESTAMP_HEADER)
-    signature = headers.get(dingtalk_callbacks.SIGNATURE_HEADER)
-    if not dingtalk_callbacks.verify_signature(
-        timestamp, signature, bot.api_secret, max_skew=settings.ASKCARDS_DINGTALK_CALLBACK_SKEW_SECONDS,
-    ):
-        logger.warning("dingtalk callback for app %s rejected: missing, wrong or stale signature", client_id)
-        return 401, {"error": "missing, wrong or stale x-ddpaas-signature"}
-    try:
-        return 200, dingtalk_card_callback(bot, raw_body, receipt=dingtalk_callbacks.replay_key(timestamp, signature))
-    except dingtalk_callbacks.ReplayedCallback:
-        logger.warning("dingtalk callback for app %s rejected: its signature pair was already used", client_id)
-        return 401, {"error": "this x-ddpaas-signature-timestamp / x-ddpaas-signature pair was already used"}
-    except dingtalk_callbacks.MalformedCallback as exc:
-        logger.warning("dingtalk callback for app %s malformed: %s", client_id, exc)
-        return 400, {"error": str(exc)}
-
-
-def dingtalk_card_callback(bot: Bot, payload, *, receipt: str = "") -> dict:
-    """One DingTalk card callback, verified by the transport (HTTP signature or the Stream
-    connection): the body to answer with. Answers from the database alone — the card PUTs follow
-    from the worker's card-sync lane. Raises MalformedCallback for an unreadable payload.
-
-    ``receipt`` (HTTP: the signature pair's ``replay_key``) is recorded in the transaction of the
-    click's effect; raises ReplayedCallback, changing nothing, when it was recorded before."""
-    click = dingtalk_callbacks.parse_callback(payload)
-    with transaction.atomic():
-        if receipt and not services.callback_receipt(platform=Bot.Platform.DINGTALK, event_id=receipt):
-            raise dingtalk_callbacks.ReplayedCallback(receipt)
-        if click.ignorable:
-            return {}  # template noise (the card-level fromConfig event): changes nothing
-        ask = dingtalk.find_ask(bot, click.out_track_id, click.question_id)
-        if ask is None:
-            logger.info("dingtalk callback for app %s names no known card (%s)", bot.app_id, click.out_track_id or "-")
-            return {}
-        outcome = services.dingtalk_click(ask=ask, user_id=click.user_id, action=click.action, form=click.form)
-    # Rendered from the committed state, after the transaction (no lock held while rendering).
-    return dingtalk.callback_response(outcome)
-
+dingtalk_handle = partial(dingtalk_handler.http_callback, effect=services.dingtalk_callback)
 
 feishu_callback = _view(feishu_handle)
 dingtalk_callback = _view(dingtalk_handle)

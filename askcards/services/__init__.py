@@ -36,7 +36,7 @@ from .asks import (
     expire_due,
     purge_answers,
 )
-from .dingtalk import DINGTALK_SURFACE, ClickResult, dingtalk_click
+from .dingtalk import DINGTALK_SURFACE, ClickResult, dingtalk_callback, dingtalk_click
 from .feishu_progress import card_delivery_failed, card_touch, progress_put, session_cancel_request
 from .sessions import (
     CALLBACK_RECEIPT_TTL,
@@ -57,7 +57,8 @@ __all__ = [
     "SYSTEM", "AnswerOutcome", "ClickResult", "ToolCallOutcome", "agent_create", "agent_grant", "agent_grants_set",
     "agent_recover", "agent_revoke", "agent_rotate_key", "agent_webhook_url_check", "ask_activate", "ask_answer",
     "ask_cancel", "ask_click_rejected", "ask_expire", "ask_invalidate", "ask_result_returned", "ask_result_undeliverable", "bot_add",
-    "callback_receipt", "callback_receipts_purge", "card_delivery_failed", "card_touch", "dingtalk_click",
+    "callback_receipt", "callback_receipts_purge", "card_delivery_failed", "card_touch", "dingtalk_callback",
+    "dingtalk_click",
     "events_acknowledge", "events_retry", "expire_due", "infer_platform", "progress_put", "purge_answers",
     "session_bot", "session_cancel_request", "session_check_web_user", "session_message", "session_recover",
     "session_upsert", "tool_call",

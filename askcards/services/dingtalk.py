@@ -15,11 +15,14 @@ from django.db import transaction
 from django.utils import timezone
 
 from askcards import outbox, surfaces
-from askcards.models import Agent, Ask, AskEvent, OutboxEvent, Respondent, Session
+from askcards.models import Agent, Ask, AskEvent, Bot, OutboxEvent, Respondent, Session
+from askcards.surfaces.dingtalk import surface as dingtalk_surface
+from askcards.surfaces.dingtalk.callbacks import CardCallback, ReplayedCallback
 from askcards.tools import Closing, Response
 from askcards.tools import dingtalk_ask_user_question as dingtalk_tool
 
 from .asks import after_change, ask_cancel, ask_expire, audit, audit_ignored, close
+from .sessions import callback_receipt
 from .tool_calls import ToolCallOutcome, action
 
 logger = logging.getLogger(__name__)
@@ -75,6 +78,24 @@ def _owned_collections(agent: Agent, session: Session, owner: str) -> list[Ask]:
         .order_by("created_at", "id")
     )
     return [ask for ask in asks if owner and ask.sender_id.casefold() == owner.casefold()]
+
+
+def dingtalk_callback(*, bot: Bot, click: CardCallback, receipt: str = "") -> ClickResult | None:
+    """The effect of one verified DingTalk card callback, in one transaction: ``receipt`` (an HTTP
+    signature pair's ``replay_key``; Stream has none) is recorded with the click's effect, so a
+    callback that failed can be retried with the same pair and a used pair is refused
+    (ReplayedCallback, changing nothing). None when the callback changes nothing: template noise,
+    or a card no ask owns."""
+    with transaction.atomic():
+        if receipt and not callback_receipt(platform=Bot.Platform.DINGTALK, event_id=receipt):
+            raise ReplayedCallback(receipt)
+        if click.ignorable:
+            return None  # the card-level fromConfig event
+        ask = dingtalk_surface.find_ask(bot, click.out_track_id, click.question_id)
+        if ask is None:
+            logger.info("dingtalk callback for app %s names no known card (%s)", bot.app_id, click.out_track_id or "-")
+            return None
+        return dingtalk_click(ask=ask, user_id=click.user_id, action=click.action, form=click.form)
 
 
 @dataclass

@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from askcards import callbacks, services
 from askcards.models import Ask, CallbackReceipt, OutboxEvent
+from askcards.services import dingtalk as dingtalk_services
 from askcards.surfaces.dingtalk.callbacks import replay_key
 from tests.dingtalk.integration import API_SECRET, QUESTIONS, create, make_session, out_track_id
 from tests.fakes.dingtalk import callback_payload, signed_callback
@@ -80,18 +81,18 @@ def test_a_pair_is_refused_even_with_whitespace_around_it(agent, bot):
 def test_a_retry_of_a_callback_that_failed_goes_through(agent, bot, monkeypatch):
     ask = ask_for(agent, bot, "staff_a")
     headers, body = signed_callback(API_SECRET, **answer_of(ask, "staff_a", "测试"))
-    real_click = services.dingtalk_click
+    real_click = dingtalk_services.dingtalk_click
 
     def click_then_fail(**kwargs):
         real_click(**kwargs)  # the whole effect is written…
         raise RuntimeError("database went away")  # …and then the callback fails
 
-    monkeypatch.setattr(services, "dingtalk_click", click_then_fail)
+    monkeypatch.setattr(dingtalk_services, "dingtalk_click", click_then_fail)
     assert post(bot, headers, body, Client(raise_request_exception=False)).status_code == 500
     assert Ask.objects.get(pk=ask.pk).status == "pending"  # rolled back, receipt included
     assert not CallbackReceipt.objects.exists()
 
-    monkeypatch.setattr(services, "dingtalk_click", real_click)
+    monkeypatch.setattr(dingtalk_services, "dingtalk_click", real_click)
     response = post(bot, headers, body)  # DingTalk's retry: the same pair, the same body
 
     assert response.status_code == 200

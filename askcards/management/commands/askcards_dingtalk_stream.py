@@ -7,28 +7,18 @@ import signal
 
 from asgiref.sync import sync_to_async
 from django.core.management.base import BaseCommand, CommandError
-from django.db import close_old_connections
 
-from askcards.callbacks import dingtalk_card_callback
+from askcards import services
 from askcards.models import Bot
-from askcards.surfaces.dingtalk.callbacks import MalformedCallback
+from askcards.surfaces.dingtalk import handler as dingtalk_handler
 from askcards.surfaces.dingtalk.stream import StreamClient
 
 logger = logging.getLogger(__name__)
 
 
 def handle_sync(bot_pk: int, data: str) -> dict:
-    """The HTTP view's handler, on a worker thread (the ORM never runs on the event loop)."""
-    close_old_connections()
-    try:
-        bot = Bot.objects.get(pk=bot_pk)
-        try:
-            return dingtalk_card_callback(bot, data)
-        except MalformedCallback as exc:
-            logger.warning("dingtalk stream callback for app %s malformed: %s", bot.app_id, exc)
-            return {}
-    finally:
-        close_old_connections()
+    """A frame's card callback, on a worker thread: DingTalk's handler with the click's service."""
+    return dingtalk_handler.stream_callback(bot_pk, data, effect=services.dingtalk_callback)
 
 
 def client_for(bot: Bot, **options) -> StreamClient:
