@@ -5,6 +5,9 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from askcards import callbacks, views
 
+handler400 = "askcards.views.bad_request"
+handler500 = "askcards.views.server_error"
+
 urlpatterns = [
     path("", RedirectView.as_view(url="/panel/", permanent=False)),
     path("healthz", views.healthz, name="healthz"),

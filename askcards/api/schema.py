@@ -18,7 +18,7 @@ from .serializers import ErrorOutput
 
 # code -> (HTTP status, when it is sent)
 CODES: dict[str, tuple[int, str]] = {
-    "bad_request": (400, "the request itself is malformed: a bad Content-Length header, too many query parameters"),
+    "bad_request": (400, "the request itself is malformed: a bad Content-Length header, too many query parameters, a Host this server does not serve"),
     InvalidInput.code: (InvalidInput.status, "a field or query parameter is wrong: the message and `fields` name it"),
     "malformed_json": (400, "the body is not JSON askcards reads (syntax, NaN, NUL, lone surrogates, nesting over 64)"),
     UnknownTool.code: (UnknownTool.status, "no tool has that name"),

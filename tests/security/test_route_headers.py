@@ -25,6 +25,24 @@ async def test_bad_host_is_400_without_traceback(method, path, host, agent_and_k
     assert not any(r.exc_info for r in caplog.records)
 
 
+@pytest.mark.parametrize("method, path", [("GET", "/api/v1/asks"), ("POST", "/api/v1/sessions")])
+async def test_bad_host_on_the_rest_of_the_api_is_the_apis_json_error(method, path, agent_and_key):
+    # Served by Django's handler, which refuses the Host before any view runs: the agent still
+    # reads the API's error shape, not an HTML page.
+    headers = [("authorization", f"Bearer {agent_and_key[1]}"), ("content-type", "application/json")]
+    response = await call(method, path, host="evil.example", headers=headers, body=b"{}" if method == "POST" else b"")
+    assert response.status == 400
+    assert response.headers["content-type"] == "application/json"
+    assert response.json()["error"]["code"] == "bad_request"
+    assert "host" in response.json()["error"]["message"].lower()
+
+
+async def test_bad_host_on_a_page_is_still_djangos_page():
+    response = await call("GET", "/panel/", host="evil.example")
+    assert response.status == 400
+    assert response.headers["content-type"].startswith("text/html")
+
+
 def _assert_django_security_headers(headers):
     # What Django's SecurityMiddleware and XFrameOptionsMiddleware add to the rest of the site.
     assert headers["x-content-type-options"] == "nosniff"
