@@ -229,6 +229,37 @@ class WaitResult:
     error: str | None = None
 
 
+async def answer_steadily(ws, asks: list, rate: float) -> tuple[float, float]:
+    """Answer ``asks`` (``(ask id, item)`` pairs; each item has ``question`` and ``label``) over the
+    panel socket ``ws``, ``rate`` a second in the given order, stamping ``item.answer_sent``: the
+    seconds it took and the worst lag behind the schedule, in ms."""
+    start = time.monotonic() + 0.05
+    slip = 0.0
+    for index, (ask_id, item) in enumerate(asks):
+        target = start + index / rate
+        delay = target - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        slip = max(slip, time.monotonic() - target)
+        message = {
+            "type": "ask_user_questions_result",
+            "requestId": ask_id,
+            "answers": [{"question": item.question, "selectedLabels": [item.label], "customInput": None}],
+        }
+        item.answer_sent = time.monotonic()
+        await ws.send_str(json.dumps(message))
+    return time.monotonic() - start, slip * 1000
+
+
+async def settle(tasks, timeout: float) -> None:
+    """Wait up to ``timeout`` s for ``tasks``; cancel (and reap) the ones still running."""
+    _, pending = await asyncio.wait(tasks, timeout=timeout)
+    for task in pending:
+        task.cancel()
+    if pending:
+        await asyncio.gather(*pending, return_exceptions=True)
+
+
 async def until(predicate, timeout: float, interval: float = 0.05) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -460,28 +491,9 @@ async def bench(args: argparse.Namespace, base: str, port: int, server: subproce
                 # --- answer at a steady rate over the panel socket
                 profiler.start("answer")
                 cpu_before = proc_cpu_seconds(pid)
-                t_answer = time.monotonic() + 0.05
-                slip = 0.0
-                for index, ask in enumerate(asks):
-                    target = t_answer + index / args.rate
-                    delay = target - time.monotonic()
-                    if delay > 0:
-                        await asyncio.sleep(delay)
-                    slip = max(slip, time.monotonic() - target)
-                    message = {
-                        "type": "ask_user_questions_result",
-                        "requestId": ask.id,
-                        "answers": [{"question": ask.question, "selectedLabels": [ask.label], "customInput": None}],
-                    }
-                    ask.answer_sent = time.monotonic()
-                    await ws.send_str(json.dumps(message))
-                report["answer_seconds"] = time.monotonic() - t_answer
-                report["send_slip_ms"] = slip * 1000
-                _, pending = await asyncio.wait(tasks, timeout=args.wait_timeout + 35)
-                for task in pending:
-                    task.cancel()
-                if pending:
-                    await asyncio.gather(*pending, return_exceptions=True)
+                report["answer_seconds"], report["send_slip_ms"] = await answer_steadily(
+                    ws, [(ask.id, ask) for ask in asks], args.rate)
+                await settle(tasks, args.wait_timeout + 35)
                 report["cpu_answer_phase"] = proc_cpu_seconds(pid) - cpu_before
                 profiler.stop()
                 await until(lambda: ids <= set(panel.acks), 30)

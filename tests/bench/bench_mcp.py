@@ -70,6 +70,7 @@ from tests.bench.bench_longpoll import (
     PYTHON,
     SETUP_USER,
     Profiler,
+    answer_steadily,
     free_port,
     mb,
     memory_sampler,
@@ -80,6 +81,7 @@ from tests.bench.bench_longpoll import (
     run_manage,
     run_python,
     say,
+    settle,
     until,
     wait_quiet,
     wait_until_serving,
@@ -400,28 +402,9 @@ async def park_and_answer(variant: str, args: argparse.Namespace, base: str, key
             profiler.start(f"{variant}-answer")
         cpu_before = proc_cpu_seconds(pid)
         order = sorted((c for c in calls if c.ask_id), key=lambda c: c.shown_at or 0.0)
-        t_answer = time.monotonic() + 0.05
-        slip = 0.0
-        for index, call in enumerate(order):
-            target = t_answer + index / args.rate
-            delay = target - time.monotonic()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            slip = max(slip, time.monotonic() - target)
-            message = {
-                "type": "ask_user_questions_result",
-                "requestId": call.ask_id,
-                "answers": [{"question": call.question, "selectedLabels": [call.label], "customInput": None}],
-            }
-            call.answer_sent = time.monotonic()
-            await panel.ws.send_str(json.dumps(message))
-        figures["answer_seconds"] = time.monotonic() - t_answer
-        figures["send_slip_ms"] = slip * 1000
-        _, pending = await asyncio.wait(tasks, timeout=REST_WAIT + 45)
-        for task in pending:
-            task.cancel()
-        if pending:
-            await asyncio.gather(*pending, return_exceptions=True)
+        figures["answer_seconds"], figures["send_slip_ms"] = await answer_steadily(
+            panel.ws, [(call.ask_id, call) for call in order], args.rate)
+        await settle(tasks, REST_WAIT + 45)
         figures["cpu_answer_phase"] = proc_cpu_seconds(pid) - cpu_before
         if profiler:
             profiler.stop()
