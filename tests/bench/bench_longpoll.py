@@ -20,8 +20,12 @@ What it does, every step bounded in time and count, every connection to 127.0.0.
 6. The asks are answered over the panel socket at a steady rate; each wait's wake time minus its
    answer's send time is its answer-to-wake latency; each wait's body must be that ask, answered,
    with the label sent for it.
-7. Yardstick: the same server's throughput on tiny views (20 keep-alive clients, fixed duration).
-8. The server is stopped (SIGTERM, then kill) and the data dir removed, always.
+7. Capacity: on the same server and socket, fresh asks answered at rising steady rates (doubling
+   from 20/s, then bisecting) find the highest rate whose wake p99 stays under 100 ms with nothing
+   lost; it is printed divided by the trivial view's throughput (8), a ratio that compares across
+   machines where a fixed ``--rate`` says more about the machine than about askcards.
+8. Yardstick: the same server's throughput on tiny views (20 keep-alive clients, fixed duration).
+9. The server is stopped (SIGTERM, then kill) and the data dir removed, always.
 
 Figures are printed, not asserted; see tests/bench/README.md for the targets.
 """
@@ -52,6 +56,7 @@ SETUP_TIMEOUT = 120  # seconds for any one manage.py step
 START_TIMEOUT = 60  # seconds for the server to answer
 USERNAME = "benchuser"
 MISSING_ASK = "q_00000000000000000000000000000000"
+CAPACITY_P99_MS = 100.0  # the wake p99 a sustained answer rate must keep
 
 SETUP_USER = r"""
 import json, django
@@ -355,6 +360,117 @@ async def create_asks(http: aiohttp.ClientSession, base: str, headers: dict[str,
     return created
 
 
+def check_waits(asks: list[AskInfo], results: dict[str, WaitResult],
+                wait_timeout: float) -> tuple[list[float], dict[str, int], list[str]]:
+    """Each wait's body must be its own ask, answered, with the label sent for it: the
+    answer-to-wake latencies (s) of those that were, what went wrong with the rest (kind -> count)
+    and up to five examples."""
+    latencies: list[float] = []
+    lost: dict[str, int] = {}
+    examples: list[str] = []
+
+    def bad(kind: str, detail: str) -> None:
+        lost[kind] = lost.get(kind, 0) + 1
+        if len(examples) < 5:
+            examples.append(f"{kind}: {detail}")
+
+    for ask in asks:
+        result = results[ask.id]
+        if result.error or result.body is None:
+            bad("error/never returned", f"{ask.id} {result.error}")
+            continue
+        if result.status != 200:
+            bad(f"HTTP {result.status}", f"{ask.id} {result.body[:200]!r}")
+            continue
+        try:
+            data = json.loads(result.body)
+        except ValueError:
+            bad("not JSON", f"{ask.id} {result.body[:200]!r}")
+            continue
+        if data.get("id") != ask.id:
+            bad("another ask", f"{ask.id} got {data.get('id')}")
+            continue
+        if data.get("status") != "answered":
+            kind = f"status {data.get('status')}"
+            if data.get("status") == "pending" and result.sent and result.arrived:
+                timed_out = result.arrived - result.sent >= wait_timeout - 1
+                kind += " (wait timed out before its answer woke it)" if timed_out else " (returned early)"
+            bad(kind, f"{ask.id} reason {data.get('reason')}")
+            continue
+        answers = (data.get("result") or {}).get("answers") or [{}]
+        if answers[0].get("selectedLabels") != [ask.label]:
+            bad("wrong answer", f"{ask.id} expected {[ask.label]} got {answers[0].get('selectedLabels')}")
+            continue
+        if ask.answer_sent is None or result.arrived is None:
+            bad("no timing", ask.id)
+            continue
+        latencies.append(result.arrived - ask.answer_sent)
+    latencies.sort()
+    return latencies, lost, examples
+
+
+async def capacity_round(http: aiohttp.ClientSession, base: str, auth: dict[str, str], panel: Panel,
+                         args: argparse.Namespace, rate: float) -> dict[str, Any]:
+    """One step of the capacity search: ``rate`` x ``--capacity-seconds`` asks (50..3000), each
+    with a parked long-poll, answered over the panel at ``rate`` a second: wake p50/p99 and losses."""
+    count = max(50, min(3000, round(rate * args.capacity_seconds)))
+    asks = await create_asks(http, base, auth, count, args.create_concurrency, 3600)
+    ids = {a.id for a in asks}
+    await until(lambda: ids <= panel.shown, 60)
+    results = {a.id: WaitResult() for a in asks}
+    timeout = aiohttp.ClientTimeout(total=args.wait_timeout + 30, connect=30)
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), timeout=timeout) as waiters:
+
+        async def wait_one(ask: AskInfo) -> None:
+            result = results[ask.id]
+            result.sent = time.monotonic()
+            try:
+                async with waiters.get(f"{base}/api/v1/asks/{ask.id}/wait?timeout={args.wait_timeout}",
+                                       headers=auth) as resp:
+                    result.body = await resp.read()
+                    result.arrived, result.status = time.monotonic(), resp.status
+            except Exception as exc:  # noqa: BLE001 - every failure is a lost wait
+                result.arrived, result.error = time.monotonic(), f"{type(exc).__name__}: {exc}"[:200]
+
+        tasks = [asyncio.ensure_future(wait_one(a)) for a in asks]
+        await asyncio.sleep(1.0 + count / 1000)  # every wait parked before the first answer
+        _, slip_ms = await answer_steadily(panel.ws, [(ask.id, ask) for ask in asks], rate)
+        await settle(tasks, args.wait_timeout + 35)
+    await until(lambda: ids <= set(panel.acks), 30)
+    latencies, lost, _ = check_waits(asks, results, args.wait_timeout)
+    ms = [x * 1000 for x in latencies]
+    return {"rate": rate, "asks": count, "p50": percentile(ms, 50), "p99": percentile(ms, 99),
+            "lost": count - len(latencies), "slip_ms": slip_ms}
+
+
+async def find_capacity(http: aiohttp.ClientSession, base: str, auth: dict[str, str], panel: Panel,
+                        args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The highest steady answer rate with wake p99 under 100 ms and nothing lost: the rate doubles
+    from ``--capacity-start`` until a step misses, then bisects between the last step that held and
+    the first that missed (``--capacity-steps`` steps in all)."""
+    steps: list[dict[str, Any]] = []
+    good, bad = 0.0, None
+    rate = args.capacity_start
+    for _ in range(args.capacity_steps):
+        step = await capacity_round(http, base, auth, panel, args, rate)
+        step["held"] = step["p99"] < CAPACITY_P99_MS and step["lost"] == 0 and step["slip_ms"] < CAPACITY_P99_MS
+        steps.append(step)
+        say(f"  capacity step: {rate:.0f} answers/s, {step['asks']} asks: wake p50 {step['p50']:.1f} ms, "
+            f"p99 {step['p99']:.1f} ms, lost {step['lost']}, send slip {step['slip_ms']:.0f} ms "
+            f"-> {'held' if step['held'] else 'missed'}")
+        if step["held"]:
+            good = rate
+        else:
+            bad = rate
+        if bad is None:
+            rate = rate * 2
+        elif bad - good <= max(5.0, good * 0.1):
+            break
+        else:
+            rate = (good + bad) / 2
+    return steps
+
+
 async def yardstick(base: str, path: str, headers: dict[str, str], clients: int, seconds: float,
                     expect: int) -> dict[str, Any]:
     latencies: list[float] = []
@@ -500,47 +616,7 @@ async def bench(args: argparse.Namespace, base: str, port: int, server: subproce
             report["hwm_after_waits_kb"] = proc_status(pid).get("VmHWM", 0)
 
             # --- check every wait
-            latencies: list[float] = []
-            lost: dict[str, int] = {}
-            examples: list[str] = []
-
-            def bad(kind: str, detail: str) -> None:
-                lost[kind] = lost.get(kind, 0) + 1
-                if len(examples) < 5:
-                    examples.append(f"{kind}: {detail}")
-
-            for ask in asks:
-                result = results[ask.id]
-                if result.error or result.body is None:
-                    bad("error/never returned", f"{ask.id} {result.error}")
-                    continue
-                if result.status != 200:
-                    bad(f"HTTP {result.status}", f"{ask.id} {result.body[:200]!r}")
-                    continue
-                try:
-                    data = json.loads(result.body)
-                except ValueError:
-                    bad("not JSON", f"{ask.id} {result.body[:200]!r}")
-                    continue
-                if data.get("id") != ask.id:
-                    bad("another ask", f"{ask.id} got {data.get('id')}")
-                    continue
-                if data.get("status") != "answered":
-                    kind = f"status {data.get('status')}"
-                    if data.get("status") == "pending" and result.sent and result.arrived:
-                        timed_out = result.arrived - result.sent >= args.wait_timeout - 1
-                        kind += " (wait timed out before its answer woke it)" if timed_out else " (returned early)"
-                    bad(kind, f"{ask.id} reason {data.get('reason')}")
-                    continue
-                answers = (data.get("result") or {}).get("answers") or [{}]
-                if answers[0].get("selectedLabels") != [ask.label]:
-                    bad("wrong answer", f"{ask.id} expected {[ask.label]} got {answers[0].get('selectedLabels')}")
-                    continue
-                if ask.answer_sent is None or result.arrived is None:
-                    bad("no timing", ask.id)
-                    continue
-                latencies.append(result.arrived - ask.answer_sent)
-            latencies.sort()
+            latencies, lost, examples = check_waits(asks, results, args.wait_timeout)
             report["latencies_ms"] = [x * 1000 for x in latencies]
             report["lost"] = lost
             report["lost_examples"] = examples
@@ -549,6 +625,9 @@ async def bench(args: argparse.Namespace, base: str, port: int, server: subproce
             report["acks_missing"] = sum(1 for a in asks if a.id not in panel.acks)
             report["panel_other"] = panel.other[:3]
             report["waiters"] = len(asks)
+            if args.capacity_steps:
+                say("  capacity search (fresh asks, same server and panel socket):")
+                report["capacity"] = await find_capacity(http, base, auth, panel, args)
         finally:
             profiler.stop()
             reader.cancel()
@@ -613,6 +692,16 @@ def print_report(args: argparse.Namespace, report: dict[str, Any], nofile: tuple
         say(f"YARDSTICK {label}: {y['rps']:.0f} req/s, p50 {y['p50']:.1f} ms, p99 {y['p99']:.1f} ms "
             f"({args.yardstick_clients} keep-alive clients, {args.yardstick_seconds:.0f} s, {y['requests']} requests){extra}")
     say()
+    if report.get("capacity"):
+        held = [step["rate"] for step in report["capacity"] if step["held"]]
+        best = max(held, default=0.0)
+        trivial = report["yardstick_django"]["rps"]
+        say(f"CAPACITY: highest steady answer rate with wake p99 < {CAPACITY_P99_MS:.0f} ms and 0 lost: "
+            + (f"{best:.0f} answers/s" if held else f"none (the first step, {args.capacity_start:.0f}/s, missed)")
+            + f" ({len(report['capacity'])} steps); the same server's trivial view {trivial:.0f} req/s")
+        say(f"CAPACITY RATIO (comparable across machines): {best:.0f} / {trivial:.0f} = "
+            f"{best / trivial if trivial else float('nan'):.3f} answers per trivial request")
+        say()
     p99 = percentile(lat, 99)
     peak_mb = mb(report["hwm_after_waits_kb"])
     say("targets (printed, not asserted): "
@@ -630,12 +719,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--create-concurrency", type=int, default=20, help="ask creations in flight, default 20")
     parser.add_argument("--yardstick-clients", type=int, default=20)
     parser.add_argument("--yardstick-seconds", type=float, default=10.0)
+    parser.add_argument("--capacity-steps", type=int, default=8,
+                        help="steps of the capacity search (highest rate with wake p99 < 100 ms); 0 skips it, default 8")
+    parser.add_argument("--capacity-start", type=float, default=20.0, help="its first rate, answers/s, default 20")
+    parser.add_argument("--capacity-seconds", type=float, default=5.0,
+                        help="seconds of answers per step (rate x seconds asks, 50..3000), default 5")
     parser.add_argument("--profile", metavar="PREFIX", help="py-spy record the server per phase into PREFIX-<phase>.txt")
     parser.add_argument("--profile-gil", action="store_true", help="with --profile: sample only the GIL holder")
     parser.add_argument("--keep", action="store_true", help="keep the temp data dir and server log (debugging)")
     args = parser.parse_args(argv)
     if not 1 <= args.waiters <= 20000 or args.rate <= 0 or not 1 <= args.wait_timeout <= 60:
         parser.error("--waiters 1..20000, --rate > 0, --wait-timeout 1..60")
+    if not 0 <= args.capacity_steps <= 20 or args.capacity_start <= 0 or not 1 <= args.capacity_seconds <= 60:
+        parser.error("--capacity-steps 0..20, --capacity-start > 0, --capacity-seconds 1..60")
 
     nofile = raise_nofile_limit()  # before the server starts: it inherits the limit
     needed = args.waiters + 200
