@@ -116,17 +116,16 @@ def operator_cancel(request: HttpRequest, ask: Ask) -> bool:
 
 @admin.register(Ask)
 class AskAdmin(admin.ModelAdmin):
-    # Fits a 1,400 px window with the filter column: short id, clipped title, compact times.
+    # Fits a 1,400 px window beside the admin's navigation and the filters: a short id, a clipped
+    # title that wraps, the reason with the status, the tool with the platform, compact times.
+    # Newest first; the created time is on the ask's page and in the date filter.
     list_display = (
         "short_id",
         "short_title",
-        "status",
-        "reason",
-        "tool",
-        "platform",
+        "status_reason",
+        "platform_tool",
         "progress",
         "deadline_at",
-        "created",
     )
     list_display_links = ("short_id",)
     list_filter = ("status", "reason", "tool", "session__platform", "created_at")
@@ -137,7 +136,7 @@ class AskAdmin(admin.ModelAdmin):
     inlines = (CardMessageInline, AskEventInline)
     change_form_template = "admin/askcards/ask/change_form.html"
     fieldsets = (
-        (None, {"fields": ("id", "status", "reason_text", "progress", "tool", "title")}),
+        (None, {"fields": ("id", "status", "reason_text", "responded", "tool", "title")}),
         ("Who", {"fields": ("agent", "session", "sender_id", "call_id", "blocking")}),
         (
             "Times",
@@ -231,9 +230,13 @@ class AskAdmin(admin.ModelAdmin):
     def deadline_at(self, ask: Ask) -> str:
         return compact_time(ask.deadline)
 
-    @admin.display(description="created", ordering="created_at")
-    def created(self, ask: Ask) -> str:
-        return compact_time(ask.created_at)
+    @admin.display(description="status · reason", ordering="status")
+    def status_reason(self, ask: Ask) -> str:
+        return f"{ask.status} · {ask.reason}" if ask.reason else ask.status
+
+    @admin.display(description="platform · tool", ordering="session__platform")
+    def platform_tool(self, ask: Ask) -> str:
+        return f"{ask.session.platform} · {TOOL_SHORT.get(ask.tool, ask.tool)}"
 
     @admin.display(description="reason")
     def reason_text(self, ask: Ask) -> str:
@@ -243,7 +246,7 @@ class AskAdmin(admin.ModelAdmin):
     def platform(self, ask: Ask) -> str:
         return ask.session.platform
 
-    @admin.display(description="responded")
+    @admin.display(description="k/N")
     def progress(self, ask: Ask) -> str:
         """k/N: respondents who are no longer pending, of all respondents."""
         total = getattr(ask, "respondents_total", None)
@@ -252,6 +255,10 @@ class AskAdmin(admin.ModelAdmin):
             rows = list(ask.respondents.values_list("status", flat=True))
             total, done = len(rows), sum(status != Respondent.Status.PENDING for status in rows)
         return f"{done}/{total}"
+
+    @admin.display(description="responded")
+    def responded(self, ask: Ask) -> str:
+        return self.progress(ask)
 
     @admin.action(description="Cancel selected asks", permissions=("cancel",))
     def cancel_asks(self, request: HttpRequest, queryset: QuerySet[Ask]) -> None:
@@ -278,7 +285,9 @@ class AskAdmin(admin.ModelAdmin):
             raise PermissionDenied
         ask = self.get_object(request, unquote(object_id))
         if ask is None:
-            return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
+            self.message_user(request, f"There is no ask {unquote(object_id)!r}; nothing was cancelled.", messages.ERROR)
+            return HttpResponseRedirect(reverse(f"admin:{self.opts.app_label}_{self.opts.model_name}_changelist",
+                                                current_app=self.admin_site.name))
         # An ask already ended is refused here, before the service (whose losing attempt would
         # still leave an audit row): the button changes nothing then.
         if ask.is_open and operator_cancel(request, ask):
@@ -312,7 +321,8 @@ class AskAdmin(admin.ModelAdmin):
         return False
 
 
-TITLE_CHARS = 48
+TITLE_CHARS = 40
+TOOL_SHORT = {"ask_user_questions": "questions", "dingtalk_ask_user_question": "form"}  # the list's tool column
 
 
 def compact_time(value: datetime | None) -> str:

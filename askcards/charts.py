@@ -69,15 +69,22 @@ class Chart:
         return not self.bars
 
 
-def nice_ceiling(value: float) -> float:
-    """The smallest of 1, 2, 2.5, 5 × 10^k that is at least ``value`` (1 for nothing)."""
-    if value <= 0:
-        return 1.0
-    power = 10 ** math.floor(math.log10(value))
-    for step in (1, 2, 2.5, 5, 10):
-        if step * power >= value:
-            return step * power
-    return 10 * power
+# Steps between grid lines: counts go 1, 2, 5, 10, 20, 50…; durations (seconds) in clock units.
+COUNT_STEPS = tuple(base * 10**power for power in range(0, 9) for base in (1, 2, 5))
+DURATION_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400, 21600, 43200, 86400,
+                  172800, 432000, 864000)
+MAX_TICKS = 5
+
+
+def axis_step(largest: float, steps: Sequence[float] = COUNT_STEPS) -> tuple[float, int]:
+    """The grid step and the number of steps above 0: the smallest step that covers ``largest``
+    in at most MAX_TICKS steps (one step of 1 for nothing to show)."""
+    for step in steps:
+        count = max(1, math.ceil(largest / step))
+        if count <= MAX_TICKS:
+            return float(step), count
+    step = float(steps[-1]) * math.ceil(largest / (steps[-1] * MAX_TICKS))
+    return step, max(1, math.ceil(largest / step))
 
 
 def plain_number(value: float) -> str:
@@ -85,12 +92,18 @@ def plain_number(value: float) -> str:
 
 
 def duration(seconds: float) -> str:
-    """``42 s``, ``3.5 min``, ``1.2 h``."""
+    """``0``, ``42 s``, ``3.5 min``, ``1.2 h``."""
+    if seconds == 0:
+        return "0"
     if seconds < 90:
-        return f"{seconds:.0f} s" if seconds >= 10 else f"{seconds:.1f} s"
+        return f"{seconds:.0f} s" if seconds >= 10 else f"{_one_decimal(seconds)} s"
     if seconds < 90 * 60:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.1f} h"
+        return f"{_one_decimal(seconds / 60)} min"
+    return f"{_one_decimal(seconds / 3600)} h"
+
+
+def _one_decimal(value: float) -> str:
+    return f"{value:.1f}".removesuffix(".0")
 
 
 def bar_chart(
@@ -101,13 +114,14 @@ def bar_chart(
     series: Sequence[str],
     values: dict[tuple[str, str], float],
     fmt: Callable[[float], str] = plain_number,
-    ticks: int = 4,
+    steps: Sequence[float] = COUNT_STEPS,
 ) -> Chart:
     """Bars for every (group, series) pair in ``values`` (missing pairs are 0 and drawn 0 high)."""
     palette = [Series(item, COLOURS[index % len(COLOURS)]) for index, item in enumerate(series)]
     if not groups:
         return Chart(name, title, WIDTH, HEIGHT, [], [], [], palette)
-    top = nice_ceiling(max(values.values(), default=0.0))
+    step, ticks = axis_step(max(values.values(), default=0.0), steps)
+    top = step * ticks
     plot_width, plot_height = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
     slot = plot_width / len(groups)
     bar_width = min(36.0, slot * 0.8 / len(series))
@@ -123,5 +137,5 @@ def bar_chart(
                 Bar(item.name, group, value, fmt(value), round(start + bar_width * position, 1),
                     round(TOP + plot_height - height, 1), round(max(1.0, bar_width - 2), 1), round(height, 1), item.colour)
             )
-    axis = [Tick(round(TOP + plot_height * (1 - step / ticks), 1), fmt(top * step / ticks)) for step in range(ticks + 1)]
+    axis = [Tick(round(TOP + plot_height * (1 - n / ticks), 1), fmt(step * n)) for n in range(ticks + 1)]
     return Chart(name, title, WIDTH, HEIGHT, bars, axis, labels, palette)

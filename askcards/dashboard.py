@@ -28,7 +28,7 @@ from django.db.models import Count, F, Min, Q
 from django.db.models.functions import TruncDate
 from django.utils import timezone
 
-from .charts import Chart, bar_chart, duration
+from .charts import DURATION_STEPS, Chart, bar_chart, duration
 from .db.statements import SecondsBetween
 from .models import Ask, OutboxEvent, Respondent
 
@@ -203,6 +203,7 @@ def charts(numbers: Dashboard) -> list[Chart]:
                 for key, value in (((row.surface, "p50"), row.p50), ((row.surface, "p90"), row.p90))
             },
             fmt=duration,
+            steps=DURATION_STEPS,
         ),
         bar_chart(
             name="per-day",

@@ -11,6 +11,7 @@ import functools
 import zoneinfo
 from collections.abc import Awaitable, Callable
 from typing import Any
+from urllib.parse import unquote
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.http import HttpRequest, HttpResponse
@@ -27,7 +28,9 @@ def _known_zones() -> frozenset[str]:
 
 
 def zone_named(name: str | None) -> zoneinfo.ZoneInfo | None:
-    """The zone an IANA name (``Asia/Shanghai``) names, or None for anything else."""
+    """The zone an IANA name (``Asia/Shanghai``, or URL-encoded ``Asia%2FShanghai``) names, or
+    None for anything else."""
+    name = unquote(name) if name else name
     if not name or len(name) > MAX_NAME or name not in _known_zones():
         return None
     return zoneinfo.ZoneInfo(name)

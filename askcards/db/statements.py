@@ -228,7 +228,10 @@ class SecondsBetween(models.Func):
             arg_joiner=" - ", **extra,
         )
 
-    def as_sql(self, compiler: Any, connection: BaseDatabaseWrapper, **extra: Any) -> Any:
-        if "template" not in extra:
+    def as_sql(
+        self, compiler: Any, connection: BaseDatabaseWrapper, function: str | None = None, template: str | None = None,
+        arg_joiner: str | None = None, **extra_context: Any,
+    ) -> Any:
+        if template is None:
             raise NotImplementedError(f"SecondsBetween has no statement for {connection.vendor}")
-        return super().as_sql(compiler, connection, **extra)
+        return super().as_sql(compiler, connection, function, template, arg_joiner, **extra_context)

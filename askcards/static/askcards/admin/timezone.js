@@ -12,17 +12,17 @@
   } catch (error) {
     return;
   }
-  if (!zone || zone.length > 64) {
-    return;
+  if (!zone || zone.length > 64 || !/^[A-Za-z0-9_+\-\/]+$/.test(zone)) {
+    return;  // IANA names only, written as they are (a cookie value may hold "/")
   }
   function stored() {
     var match = document.cookie.match(/(?:^|;\s*)askcards_tz=([^;]*)/);
-    return match ? decodeURIComponent(match[1]) : null;
+    return match ? match[1] : null;
   }
   if (stored() === zone) {
     return;
   }
-  document.cookie = NAME + "=" + encodeURIComponent(zone) + "; path=/; max-age=31536000; SameSite=Lax" +
+  document.cookie = NAME + "=" + zone + "; path=/; max-age=31536000; SameSite=Lax" +
     (location.protocol === "https:" ? "; Secure" : "");
   var guard = NAME + ":" + zone;
   try {
