@@ -285,7 +285,8 @@ class AskAdmin(admin.ModelAdmin):
             raise PermissionDenied
         ask = self.get_object(request, unquote(object_id))
         if ask is None:
-            self.message_user(request, f"There is no ask {unquote(object_id)!r}; nothing was cancelled.", messages.ERROR)
+            missing = f"There is no ask {unquote(object_id)!r}; nothing was cancelled."
+            self.message_user(request, missing, messages.ERROR)
             return HttpResponseRedirect(reverse(f"admin:{self.opts.app_label}_{self.opts.model_name}_changelist",
                                                 current_app=self.admin_site.name))
         # An ask already ended is refused here, before the service (whose losing attempt would

@@ -133,9 +133,8 @@ def bar_chart(
         for position, item in enumerate(palette):
             value = float(values.get((group, item.name), 0.0))
             height = plot_height * value / top
-            bars.append(
-                Bar(item.name, group, value, fmt(value), round(start + bar_width * position, 1),
-                    round(TOP + plot_height - height, 1), round(max(1.0, bar_width - 2), 1), round(height, 1), item.colour)
-            )
+            x, y = round(start + bar_width * position, 1), round(TOP + plot_height - height, 1)
+            width = round(max(1.0, bar_width - 2), 1)
+            bars.append(Bar(item.name, group, value, fmt(value), x, y, width, round(height, 1), item.colour))
     axis = [Tick(round(TOP + plot_height * (1 - n / ticks), 1), fmt(step * n)) for n in range(ticks + 1)]
     return Chart(name, title, WIDTH, HEIGHT, bars, axis, labels, palette)

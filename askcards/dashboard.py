@@ -168,7 +168,7 @@ def per_day(*, since: datetime, now: datetime, days: list[date]) -> list[Day]:
     )
     given_up = OutboxEvent.objects.filter(failed_at__gte=since, failed_at__lte=now).aggregate(**counts("failed_at"))
     return [
-        Day(day, expired=ended[f"expired_d{n}"], delivery_failed=ended[f"failed_d{n}"], webhooks_given_up=given_up[f"d{n}"])
+        Day(day, ended[f"expired_d{n}"], ended[f"failed_d{n}"], given_up[f"d{n}"])
         for n, (day, _, _) in enumerate(bounds)
     ]
 

@@ -19,7 +19,10 @@ from tests.conftest import answer_for, person
 
 FIELDS = [
     {"name": "budget", "label": "预算", "type": "NUMBER", "required": True, "defaultValue": 100},
-    {"name": "env", "label": "环境", "type": "SELECT", "options": [{"value": "prod", "text": "生产"}, {"value": "test", "text": "测试"}]},
+    {
+        "name": "env", "label": "环境", "type": "SELECT",
+        "options": [{"value": "prod", "text": "生产"}, {"value": "test", "text": "测试"}],
+    },
     {"name": "note", "label": "备注", "type": "TEXT_AREA", "placeholder": "写点什么"},
 ]
 
@@ -146,7 +149,8 @@ def test_ask_page_audit_says_who_cancelled_and_why(admin_client, pending_ask):
     services.ask_cancel(ask=pending_ask, reason=Ask.Reason.BY_OPERATOR, actor="operator:carol")
     page = page_of(admin_client, pending_ask)
     closed = AskEvent.objects.get(ask=pending_ask, kind="closed")
-    row = re.search(rf'<tr[^>]*id="events-{AskEvent.objects.filter(ask=pending_ask).count() - 1}"[^>]*>(.*?)</tr>', page, re.S)
+    last = AskEvent.objects.filter(ask=pending_ask).count() - 1  # inline rows are events-0, events-1, …
+    row = re.search(rf'<tr[^>]*id="events-{last}"[^>]*>(.*?)</tr>', page, re.S)
     assert row, "no audit row for the ending"
     assert text_of(row.group(1)).endswith("Ended pending → cancelled operator carol - cancelled by an operator")
     assert closed.actor == "operator:carol"
@@ -221,7 +225,8 @@ def test_cancel_button_audits_the_operator_and_tells_the_agent(admin_client, pen
     assert (closed.actor, event.type, event.data["reason"]) == ("operator:admin", "ask.closed", "by_operator")
 
 
-def test_cancel_button_withdraws_the_cards(admin_client, pending_ask, recording_surface, django_capture_on_commit_callbacks):
+def test_cancel_button_withdraws_the_cards(admin_client, pending_ask, recording_surface,
+                                          django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=True):
         cancel_button(admin_client, pending_ask)
     assert ("withdraw", pending_ask.id, "cancelled") in recording_surface.calls

@@ -23,7 +23,8 @@ def test_axis_steps_are_round(largest, steps, expected):
 
 
 def test_the_largest_value_reaches_the_top_of_its_axis():
-    chart = charts.bar_chart(name="c", title="t", groups=["a", "b"], series=["x"], values={("a", "x"): 5, ("b", "x"): 2})
+    values = {("a", "x"): 5, ("b", "x"): 2}
+    chart = charts.bar_chart(name="c", title="t", groups=["a", "b"], series=["x"], values=values)
     tallest = max(chart.bars, key=lambda bar: bar.value)
     assert tallest.y == chart.ticks[-1].y and tallest.y + tallest.height == chart.baseline
     assert [tick.text for tick in chart.ticks] == ["0", "1", "2", "3", "4", "5"]
@@ -45,7 +46,8 @@ def test_bars_stay_inside_the_plot_with_many_groups():
 
 
 def test_durations_read_in_clock_units():
-    assert [charts.duration(s) for s in (0, 4.25, 42, 210, 900, 5400)] == ["0", "4.2 s", "42 s", "3.5 min", "15 min", "1.5 h"]
+    seconds = (0, 4.25, 42, 210, 900, 5400)
+    assert [charts.duration(s) for s in seconds] == ["0", "4.2 s", "42 s", "3.5 min", "15 min", "1.5 h"]
 
 
 def test_no_groups_is_an_empty_chart():

@@ -122,12 +122,15 @@ def test_seconds_between_is_exact_to_the_millisecond(sessions):
 
 
 def test_expiries_and_failures_per_day(sessions, agents):
-    seed_ask(sessions, status="expired", reason="timeout", created=NOW - timedelta(hours=2), closed=NOW - timedelta(hours=1))
-    seed_ask(sessions, status="expired", reason="timeout", created=NOW - timedelta(days=2), closed=NOW - timedelta(days=2))
-    seed_ask(sessions, status="expired", reason="timeout", created=NOW - timedelta(days=2), closed=NOW - timedelta(days=2))
-    seed_ask(sessions, status="failed", reason="delivery_failed", created=NOW - timedelta(days=1), closed=NOW - timedelta(days=1))
-    seed_ask(sessions, status="failed", reason="no_surface", created=NOW, closed=NOW)  # not a delivery failure
-    seed_ask(sessions, status="expired", reason="timeout", created=NOW - timedelta(days=9), closed=NOW - timedelta(days=9))
+    def ended(status: str, reason: str, ago: timedelta) -> None:
+        seed_ask(sessions, status=status, reason=reason, created=NOW - ago - timedelta(minutes=15), closed=NOW - ago)
+
+    ended("expired", "timeout", timedelta(hours=1))
+    ended("expired", "timeout", timedelta(days=2))
+    ended("expired", "timeout", timedelta(days=2))
+    ended("failed", "delivery_failed", timedelta(days=1))
+    ended("failed", "no_surface", timedelta(0))  # not a delivery failure
+    ended("expired", "timeout", timedelta(days=9))  # before the window
     seed_event(agents["agent-a"], 1, failed=NOW - timedelta(days=6, hours=1))
     numbers = dashboard.dashboard(now=NOW)
     assert [(str(day.day), day.expired, day.delivery_failed, day.webhooks_given_up) for day in numbers.days] == [

@@ -29,7 +29,12 @@ def request(path: str):
 
 def zone_seen_sync(path: str) -> str:
     seen = []
-    OperatorTimeZoneMiddleware(lambda r: seen.append(timezone.get_current_timezone_name()) or HttpResponse())(request(path))
+
+    def view(r):
+        seen.append(timezone.get_current_timezone_name())
+        return HttpResponse()
+
+    OperatorTimeZoneMiddleware(view)(request(path))
     return seen[0]
 
 

@@ -83,8 +83,8 @@ seq = 0
 for agent, webhook, waiting, failed_days in [("deploy-bot", True, 6, [2]), ("research-assistant", False, 3, [])]:
     for _ in range(waiting):
         seq += 1
-        OutboxEvent.objects.create(agent=agents[agent], seq=seq, type="ask.closed", created_at=now - timedelta(minutes=seq),
-                                   next_attempt_at=now if webhook else None)
+        OutboxEvent.objects.create(agent=agents[agent], seq=seq, type="ask.closed",
+                                   created_at=now - timedelta(minutes=seq), next_attempt_at=now if webhook else None)
     for days_ago in failed_days:
         seq += 1
         OutboxEvent.objects.create(agent=agents[agent], seq=seq, type="ask.closed",
