@@ -7,17 +7,24 @@ freshly generated agent key or webhook secret, shown once in a message right aft
 """
 from __future__ import annotations
 
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from django import forms
 from django.contrib import admin, messages
-from django.contrib.admin.utils import flatten, flatten_fieldsets
+from django.contrib.admin.utils import flatten, flatten_fieldsets, quote, unquote
+from django.core.exceptions import PermissionDenied
 from django.db import models
 from django.db.models import Count, Q, QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils import timezone
+from django.utils.formats import date_format
+from django.utils.text import Truncator
 from django.utils.translation import ngettext
 
-from . import crypto, services
+from . import crypto, dashboard, presenters, services
 from .errors import InvalidInput, WebUserNotGranted
 from .models import Agent, Ask, AskEvent, Bot, CardMessage, OutboxEvent, ProgressCard, Respondent, Session
 
@@ -30,6 +37,9 @@ if TYPE_CHECKING:
         """What SessionAdmin's queryset annotates each session with."""
 
         open_count: int
+
+# The index links the operator dashboard (AskAdmin.dashboard_view).
+admin.site.index_template = "admin/askcards/index.html"
 
 # ------------------------------------------------------------------------------------------- asks
 
@@ -52,11 +62,6 @@ class ReadOnlyInline(admin.TabularInline):
         return False
 
 
-class RespondentInline(ReadOnlyInline):
-    model = Respondent
-    fields = ("respondent_id", "status", "answered_at", "surface", "answers")
-
-
 class CardMessageInline(ReadOnlyInline):
     model = CardMessage
     fields = (
@@ -66,37 +71,73 @@ class CardMessageInline(ReadOnlyInline):
 
 
 class AskEventInline(ReadOnlyInline):
+    """The audit trail in words: what happened, the status it moved, who did it and why."""
+
     model = AskEvent
     verbose_name = "audit event"
     verbose_name_plural = "audit trail"
-    fields = ("created_at", "kind", "from_status", "to_status", "actor", "surface", "detail")
+    fields = ("created_at", "what", "status_change", "by", "surface", "details")
     ordering = ("id",)
+
+    @admin.display(description="what happened")
+    def what(self, event: AskEvent) -> str:
+        return presenters.kind_label(event.kind)
+
+    @admin.display(description="status")
+    def status_change(self, event: AskEvent) -> str:
+        return presenters.status_change(event)
+
+    @admin.display(description="by")
+    def by(self, event: AskEvent) -> str:
+        return presenters.actor_label(event.actor)
+
+    @admin.display(description="details")
+    def details(self, event: AskEvent) -> str:
+        return presenters.detail_text(event)
+
+
+class OperatorTimeZoneMedia:
+    """Every askcards admin page sets the operator's time zone cookie (see askcards.timezones)
+    and has the ask page's and dashboard's styles."""
+
+    js = ("askcards/admin/timezone.js",)
+    css = {"all": ("askcards/admin/admin.css",)}
+
+
+def operator(request: HttpRequest) -> str:
+    """The audit actor of an operator's action."""
+    return f"operator:{request.user.get_username()}"
+
+
+def operator_cancel(request: HttpRequest, ask: Ask) -> bool:
+    """The list action and the ask page's button: the same service call, reason and actor."""
+    return services.ask_cancel(ask=ask, reason=Ask.Reason.BY_OPERATOR, actor=operator(request))
 
 
 @admin.register(Ask)
 class AskAdmin(admin.ModelAdmin):
+    # Fits a 1,400 px window beside the admin's navigation and the filters: a short id, a clipped
+    # title that wraps, the reason with the status, the tool with the platform, compact times.
+    # Newest first; the created time is on the ask's page and in the date filter.
     list_display = (
-        "id",
-        "title",
-        "status",
-        "reason",
-        "tool",
-        "platform",
+        "short_id",
+        "short_title",
+        "status_reason",
+        "platform_tool",
         "progress",
-        "deadline",
-        "created_at",
+        "deadline_at",
     )
+    list_display_links = ("short_id",)
     list_filter = ("status", "reason", "tool", "session__platform", "created_at")
     search_fields = ("id", "title", "session__key", "respondents__respondent_id")
     list_select_related = ("session",)
     ordering = ("-created_at",)
     actions = ("cancel_asks",)
-    inlines = (RespondentInline, CardMessageInline, AskEventInline)
+    inlines = (CardMessageInline, AskEventInline)
+    change_form_template = "admin/askcards/ask/change_form.html"
     fieldsets = (
-        (None, {"fields": ("id", "status", "reason", "progress", "tool", "title", "description")}),
+        (None, {"fields": ("id", "status", "reason_text", "responded", "tool", "title")}),
         ("Who", {"fields": ("agent", "session", "sender_id", "call_id", "blocking")}),
-        ("Question", {"fields": ("questions", "fields", "target_type", "target_id", "scope_key", "surfaces")}),
-        ("Result", {"fields": ("result",)}),
         (
             "Times",
             {
@@ -110,7 +151,16 @@ class AskAdmin(admin.ModelAdmin):
                 )
             },
         ),
+        (
+            "Stored JSON",
+            {
+                "classes": ("collapse",),
+                "fields": ("questions", "fields", "target_type", "target_id", "scope_key", "surfaces", "result"),
+            },
+        ),
     )
+
+    Media = OperatorTimeZoneMedia
 
     def get_readonly_fields(self, request: HttpRequest, obj: Ask | None = None) -> list[str]:
         return flatten_fieldsets(self.fieldsets or ())
@@ -128,11 +178,75 @@ class AskAdmin(admin.ModelAdmin):
             )
         )
 
+    def get_urls(self) -> list[URLPattern]:
+        cancel = path(
+            "<path:object_id>/cancel/",
+            self.admin_site.admin_view(self.cancel_view),
+            name=f"{self.opts.app_label}_{self.opts.model_name}_cancel",
+        )
+        board = path(
+            "dashboard/", self.admin_site.admin_view(self.dashboard_view), name=f"{self.opts.app_label}_dashboard"
+        )
+        return [board, cancel, *super().get_urls()]
+
+    def dashboard_view(self, request: HttpRequest) -> HttpResponse:
+        """The operator dashboard: open asks, time to answer, expiries and failures, backlog."""
+        if not self.has_view_or_change_permission(request):
+            raise PermissionDenied
+        numbers = dashboard.dashboard()
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Operator dashboard",
+            "opts": self.opts,
+            "numbers": numbers,
+            "charts": dashboard.charts(numbers),
+            "media": self.media,
+        }
+        return TemplateResponse(request, "admin/askcards/dashboard.html", context)
+
+    def render_change_form(
+        self, request: HttpRequest, context: dict[str, Any], add: bool = False, change: bool = False,
+        form_url: str = "", obj: Ask | None = None,
+    ) -> HttpResponse:
+        if obj is not None:
+            context.update(
+                question=presenters.question_view(obj),
+                result=presenters.result_table(obj, list(obj.respondents.order_by("position"))),
+                reason_label=presenters.reason_label(obj.reason) if obj.reason else "",
+                can_cancel=obj.is_open and self.has_cancel_permission(request),
+            )
+        return super().render_change_form(request, context, add, change, form_url, obj)
+
+    @admin.display(description="id", ordering="id")
+    def short_id(self, ask: Ask) -> str:
+        # q_ and the first 8 of 32 hex digits: enough to tell asks apart; search takes the full id.
+        return f"{ask.id[:10]}…"
+
+    @admin.display(description="title", ordering="title")
+    def short_title(self, ask: Ask) -> str:
+        return Truncator(ask.title).chars(TITLE_CHARS)
+
+    @admin.display(description="deadline", ordering="deadline")
+    def deadline_at(self, ask: Ask) -> str:
+        return compact_time(ask.deadline)
+
+    @admin.display(description="status · reason", ordering="status")
+    def status_reason(self, ask: Ask) -> str:
+        return f"{ask.status} · {ask.reason}" if ask.reason else ask.status
+
+    @admin.display(description="platform · tool", ordering="session__platform")
+    def platform_tool(self, ask: Ask) -> str:
+        return f"{ask.session.platform} · {TOOL_SHORT.get(ask.tool, ask.tool)}"
+
+    @admin.display(description="reason")
+    def reason_text(self, ask: Ask) -> str:
+        return f"{ask.reason} ({presenters.reason_label(ask.reason)})" if ask.reason else "-"
+
     @admin.display(description="platform", ordering="session__platform")
     def platform(self, ask: Ask) -> str:
         return ask.session.platform
 
-    @admin.display(description="responded")
+    @admin.display(description="k/N")
     def progress(self, ask: Ask) -> str:
         """k/N: respondents who are no longer pending, of all respondents."""
         total = getattr(ask, "respondents_total", None)
@@ -142,15 +256,16 @@ class AskAdmin(admin.ModelAdmin):
             total, done = len(rows), sum(status != Respondent.Status.PENDING for status in rows)
         return f"{done}/{total}"
 
+    @admin.display(description="responded")
+    def responded(self, ask: Ask) -> str:
+        return self.progress(ask)
+
     @admin.action(description="Cancel selected asks", permissions=("cancel",))
     def cancel_asks(self, request: HttpRequest, queryset: QuerySet[Ask]) -> None:
         # One service call per ask: each is its own conditional transition with its own audit
         # row, outbox event and card update; an ask that ended meanwhile is simply not counted.
-        actor = f"operator:{request.user.get_username()}"
         asks = list(queryset.order_by("created_at"))
-        cancelled = sum(
-            services.ask_cancel(ask=ask, reason=Ask.Reason.BY_OPERATOR, actor=actor) for ask in asks
-        )
+        cancelled = sum(operator_cancel(request, ask) for ask in asks)
         total, skipped = len(asks), len(asks) - cancelled
         text = ngettext("Cancelled %(k)d of %(n)d ask.", "Cancelled %(k)d of %(n)d asks.", total) % {
             "k": cancelled,
@@ -161,6 +276,36 @@ class AskAdmin(admin.ModelAdmin):
                 "; %(m)d was no longer pending.", "; %(m)d were no longer pending.", skipped
             ) % {"m": skipped}
         self.message_user(request, text, messages.SUCCESS if not skipped else messages.WARNING)
+
+    def cancel_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """The ask page's Cancel button (POST): the list action's service call for this one ask."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        if not self.has_cancel_permission(request):
+            raise PermissionDenied
+        ask = self.get_object(request, unquote(object_id))
+        if ask is None:
+            missing = f"There is no ask {unquote(object_id)!r}; nothing was cancelled."
+            self.message_user(request, missing, messages.ERROR)
+            return HttpResponseRedirect(reverse(f"admin:{self.opts.app_label}_{self.opts.model_name}_changelist",
+                                                current_app=self.admin_site.name))
+        # An ask already ended is refused here, before the service (whose losing attempt would
+        # still leave an audit row): the button changes nothing then.
+        if ask.is_open and operator_cancel(request, ask):
+            self.message_user(
+                request,
+                f"Ask {ask.id} cancelled: its cards show it ended and its agent is told (reason by_operator).",
+                messages.SUCCESS,
+            )
+        else:
+            ask.refresh_from_db(fields=["status", "reason"])
+            ended = f"{ask.status} ({presenters.reason_label(ask.reason)})" if ask.reason else ask.status
+            self.message_user(
+                request, f"Ask {ask.id} was not cancelled: it has already ended as {ended}. Nothing was changed.",
+                messages.ERROR,
+            )
+        return HttpResponseRedirect(reverse(f"admin:{self.opts.app_label}_{self.opts.model_name}_change",
+                                            args=[quote(ask.pk)], current_app=self.admin_site.name))
 
     def has_cancel_permission(self, request: HttpRequest) -> bool:
         # Cancelling is the one write an operator makes to an ask; it rides on the change permission
@@ -175,6 +320,15 @@ class AskAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: Ask | None = None) -> bool:
         return False
+
+
+TITLE_CHARS = 40
+TOOL_SHORT = {"ask_user_questions": "questions", "dingtalk_ask_user_question": "form"}  # the list's tool column
+
+
+def compact_time(value: datetime | None) -> str:
+    """A time in the list columns, in the operator's zone: ``2026-12-01 17:14``."""
+    return date_format(timezone.localtime(value), "Y-m-d H:i") if value is not None else "-"
 
 
 # --------------------------------------------------------------------------------------- sessions
@@ -226,6 +380,8 @@ class SessionForm(forms.ModelForm):
 class SessionAdmin(admin.ModelAdmin):
     """Sessions are created by agents through the API; an operator may only re-point the web panel
     (to a user the agent is granted)."""
+
+    Media = OperatorTimeZoneMedia
 
     form = SessionForm
 
@@ -315,6 +471,8 @@ AGENT_COLUMNS = ("name", "webhook_url", "is_active")  # what the change form wri
 @admin.register(Agent)
 class AgentAdmin(admin.ModelAdmin):
     """Agents are created by ``services.agent_create``; the key exists in clear only in one message."""
+
+    Media = OperatorTimeZoneMedia
 
     list_display = ("name", "key_prefix", "is_active", "webhook_url", "webhook_secret_set", "event_seq", "created_at")
     list_filter = ("is_active", "created_at")
@@ -500,6 +658,8 @@ class BotForm(forms.ModelForm):
 
 @admin.register(Bot)
 class BotAdmin(admin.ModelAdmin):
+    Media = OperatorTimeZoneMedia
+
     form = BotForm
     formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
     list_display = ("__str__", "platform", "app_id", "name", "base_url", "callback_mode", "is_active", "secrets")
@@ -569,6 +729,8 @@ class DeliveryStateFilter(admin.SimpleListFilter):
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
+    Media = OperatorTimeZoneMedia
+
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
@@ -623,11 +785,28 @@ class OutboxEventAdmin(ReadOnlyAdmin):
 class AskEventAdmin(ReadOnlyAdmin):
     """The audit trail is append-only: nobody adds, edits or deletes a row here."""
 
-    list_display = ("created_at", "ask_ref", "kind", "from_status", "to_status", "actor", "surface")
+    list_display = ("created_at", "ask_ref", "what", "status_change", "by", "surface", "details")
     list_filter = ("kind", "surface", "to_status", "created_at")
     search_fields = ("ask__id", "actor")
     ordering = ("-id",)
+    fields = ("ask", "created_at", "what", "status_change", "by", "surface", "details", "kind", "actor", "detail")
 
     @admin.display(description="ask", ordering="ask_id")
     def ask_ref(self, event: AskEvent) -> str:
         return event.ask_id
+
+    @admin.display(description="what happened", ordering="kind")
+    def what(self, event: AskEvent) -> str:
+        return presenters.kind_label(event.kind)
+
+    @admin.display(description="status")
+    def status_change(self, event: AskEvent) -> str:
+        return presenters.status_change(event)
+
+    @admin.display(description="by", ordering="actor")
+    def by(self, event: AskEvent) -> str:
+        return presenters.actor_label(event.actor)
+
+    @admin.display(description="details")
+    def details(self, event: AskEvent) -> str:
+        return presenters.detail_text(event)

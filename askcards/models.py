@@ -212,6 +212,9 @@ class ProgressCard(models.Model):
             )
         ]
 
+    def __str__(self) -> str:
+        return f"progress card {self.pk} ({self.shown_status})"
+
 
 class Ask(models.Model):
     class Status(models.TextChoices):
@@ -375,6 +378,9 @@ class Respondent(models.Model):
             ),
         ]
 
+    def __str__(self) -> str:
+        return f"{self.respondent_id} ({self.status})"
+
 
 class CardMessage(models.Model):
     """One platform message that shows an ask (DingTalk card) or a progress card (Feishu)."""
@@ -415,6 +421,9 @@ class CardMessage(models.Model):
             ),
         ]
 
+    def __str__(self) -> str:
+        return f"{self.platform} card {self.message_id or '(not sent yet)'}"
+
 
 class AskEvent(models.Model):
     """Append-only audit row: one per transition and one per rejected or ignored click."""
@@ -442,6 +451,11 @@ class AskEvent(models.Model):
     class Meta:
         ordering = ["id"]
         indexes = [models.Index(fields=["ask", "id"], name="ask_event_ask_idx")]
+
+    def __str__(self) -> str:
+        moved = self.from_status and self.from_status != self.to_status
+        state = f"{self.from_status} → {self.to_status}" if moved else self.to_status
+        return " ".join(part for part in (self.kind, state, "by", self.actor) if part)
 
 
 class OutboxEvent(models.Model):
@@ -481,6 +495,9 @@ class OutboxEvent(models.Model):
             ),
         ]
 
+    def __str__(self) -> str:
+        return f"{self.type} #{self.seq}"
+
     @property
     def webhook_id(self) -> str:
         return f"evt_{self.agent_id}_{self.seq}"
@@ -498,6 +515,9 @@ class PanelPresence(models.Model):
         # reachable(): is any fresh socket of this user connected?
         indexes = [models.Index(fields=["username", "last_seen"], name="panel_presence_user_idx")]
 
+    def __str__(self) -> str:
+        return f"panel of {self.username}"
+
 
 class CallbackReceipt(models.Model):
     """A platform callback already handled (Feishu ``header.event_id``; a DingTalk HTTP callback's
@@ -513,3 +533,6 @@ class CallbackReceipt(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["platform", "event_id"], name="callback_receipt_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.platform} {self.event_id}"

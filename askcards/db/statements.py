@@ -196,3 +196,42 @@ def _mark_sql(alias: str) -> str:
         f"WHERE {progress_card_id} = (SELECT {card_id} FROM {quote(connection, ProgressCard._meta.db_table)} "
         f"WHERE {session_id} = %s ORDER BY {card_id} DESC LIMIT 1)"
     )
+
+
+# ----------------------------------------------------------------------------- expressions
+
+
+class SecondsBetween(models.Func):
+    """Seconds from ``earlier`` to ``later`` (two datetime expressions) as a float, computed by
+    the database itself, for the operator dashboard's time-to-answer percentiles
+    (``askcards.dashboard``), which sort every answer of the window by it.
+
+    The ORM's own ``F(later) - F(earlier)`` calls a Python function per row on SQLite (Django's
+    ``django_timestamp_diff``); SQLite's ``julianday`` and PostgreSQL's ``EXTRACT(EPOCH …)`` are
+    native. SQLite's julianday resolves about 50 µs, plenty for answer times."""
+
+    arity = 2
+    output_field = models.FloatField()
+
+    def __init__(self, later: Any, earlier: Any) -> None:
+        super().__init__(later, earlier)
+
+    def as_sqlite(self, compiler: Any, connection: BaseDatabaseWrapper, **extra: Any) -> Any:
+        return self.as_sql(
+            compiler, connection, template="((julianday(%(expressions)s)) * 86400.0)", arg_joiner=") - julianday(",
+            **extra,
+        )
+
+    def as_postgresql(self, compiler: Any, connection: BaseDatabaseWrapper, **extra: Any) -> Any:
+        return self.as_sql(
+            compiler, connection, template="CAST(EXTRACT(EPOCH FROM (%(expressions)s)) AS double precision)",
+            arg_joiner=" - ", **extra,
+        )
+
+    def as_sql(
+        self, compiler: Any, connection: BaseDatabaseWrapper, function: str | None = None, template: str | None = None,
+        arg_joiner: str | None = None, **extra_context: Any,
+    ) -> Any:
+        if template is None:
+            raise NotImplementedError(f"SecondsBetween has no statement for {connection.vendor}")
+        return super().as_sql(compiler, connection, function, template, arg_joiner, **extra_context)
