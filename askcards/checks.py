@@ -103,3 +103,36 @@ def askcards_stored_secrets(app_configs, databases=None, **kwargs):
                 )
             )
     return problems
+
+
+@register(Tags.database)
+def askcards_dingtalk_http_bots(app_configs, databases=None, **kwargs):
+    """An active DingTalk bot in HTTP callback mode without an api secret refuses every card click
+    (its callbacks cannot be verified): say so before the first click fails. Reads no secret: an
+    unset secret is stored as the empty string."""
+    if not databases:
+        return []
+    from .models import Bot
+
+    problems = []
+    for alias in databases:
+        if Bot._meta.db_table not in connections[alias].introspection.table_names():
+            continue
+        unsigned = list(
+            Bot._base_manager.using(alias)
+            .filter(platform=Bot.Platform.DINGTALK, callback_mode=Bot.CallbackMode.HTTP, is_active=True, api_secret="")
+            .order_by("app_id")
+            .values_list("app_id", flat=True)
+        )
+        if unsigned:
+            problems.append(
+                Warning(
+                    f"DingTalk bots in HTTP callback mode without an api secret: {', '.join(unsigned)}. Every "
+                    "card click they receive is refused (401): DingTalk signs HTTP callbacks with the api secret.",
+                    hint="Set it: manage.py askcards_bot update dingtalk <client id> --api-secret …, or switch the "
+                    "bot to Stream mode (--callback stream) and run askcards_dingtalk_stream.",
+                    id="askcards.W003",
+                    obj=alias,
+                )
+            )
+    return problems
