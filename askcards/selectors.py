@@ -13,7 +13,7 @@ from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 from rest_framework import serializers
 
-from . import crypto
+from . import crypto, tools
 from .errors import BotSecretsUnreadable, NotFound, Unauthenticated
 from .models import Agent, Ask, Bot, OutboxEvent, Respondent, Session
 
@@ -225,7 +225,7 @@ class AskOutput(OutputSerializer):
 
     id = serializers.CharField()
     session = SessionRefOutput()
-    tool = serializers.CharField()
+    tool = serializers.ChoiceField(choices=list(tools.REGISTRY))
     status = serializers.ChoiceField(choices=Ask.Status.choices)
     reason = _BlankAsNullChoice(choices=Ask.Reason.choices, allow_null=True, help_text="Set once terminal")
     title = serializers.CharField(allow_blank=True)

@@ -286,6 +286,9 @@ SPECTACULAR_SETTINGS = {
         "AskStatusEnum": "askcards.models.Ask.Status",
         "AskReasonEnum": "askcards.models.Ask.Reason",
         "RespondentStatusEnum": "askcards.models.Respondent.Status",
+        "ToolCallStatusEnum": "askcards.api.serializers.TOOL_CALL_STATUSES",
+        "ErrorCodeEnum": "askcards.api.schema.ERROR_CODES",
+        "ToolNameEnum": "askcards.tools.REGISTRY",
     },
     # /api/docs/ loads Swagger UI from drf-spectacular-sidecar's static files, not a CDN.
     "SWAGGER_UI_DIST": "SIDECAR",
