@@ -14,7 +14,7 @@ from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
-from askcards import edge, selectors, services
+from askcards import edge, metrics, selectors, services
 from askcards.db import in_pool
 from askcards.errors import BotSecretsUnreadable
 from askcards.models import Ask, Bot, CardMessage, ProgressCard
@@ -82,12 +82,15 @@ class CallbackApp:
         await edge.send_response(send, response, request)
 
 
+@metrics.callback_timer("feishu")
 def feishu_handle(app_id: str, headers, raw_body: bytes) -> tuple[int, dict]:
     try:
         bot = selectors.active_bot(platform=Bot.Platform.FEISHU, app_id=app_id)
     except BotSecretsUnreadable as exc:
+        metrics.callback_refused("feishu", "secrets_unreadable")
         return exc.status, {"error": str(exc)}
     if bot is None:
+        metrics.callback_refused("feishu", "unknown_app")
         return 404, {"error": "unknown app"}
     try:
         payload = feishu_security.open_callback(
@@ -95,9 +98,11 @@ def feishu_handle(app_id: str, headers, raw_body: bytes) -> tuple[int, dict]:
         )
     except feishu_security.MalformedBody as exc:
         logger.warning("feishu callback for app %s unreadable: %s", app_id, exc)
+        metrics.callback_refused("feishu", "malformed")
         return 400, {"error": str(exc)}
     except feishu_security.CallbackRejected as exc:
         logger.warning("feishu callback for app %s rejected: %s", app_id, exc)
+        metrics.callback_refused("feishu", "verification")
         return 401, {"error": str(exc)}
     if payload.get("type") == "url_verification":
         return 200, {"challenge": payload.get("challenge", "")}
@@ -107,6 +112,7 @@ def feishu_handle(app_id: str, headers, raw_body: bytes) -> tuple[int, dict]:
         return 200, {}
     except feishu_parse.MalformedCallback as exc:
         logger.warning("feishu callback for app %s malformed: %s", app_id, exc)
+        metrics.callback_refused("feishu", "malformed")
         return 400, {"error": str(exc)}
     handlers = {(feishu_cards.ASK_KIND, "submit"): _ask_submit, (feishu_cards.PROGRESS_KIND, "cancel"): _progress_cancel}
     handler = handlers.get((action.kind, action.act))
@@ -183,6 +189,7 @@ def _progress_cancel(bot: Bot, action) -> tuple[str, str, ProgressCard | None]:
 # ------------------------------------------------------------------------------------ DingTalk
 
 
+@metrics.callback_timer("dingtalk")
 def dingtalk_handle(client_id: str, headers, raw_body: bytes) -> tuple[int, dict]:
     """HTTP card callbacks of a DingTalk app (SPEC §6.2): signature, then the shared handler.
 
@@ -195,11 +202,14 @@ def dingtalk_handle(client_id: str, headers, raw_body: bytes) -> tuple[int, dict
     try:
         bot = selectors.active_bot(platform=Bot.Platform.DINGTALK, app_id=client_id)
     except BotSecretsUnreadable as exc:
+        metrics.callback_refused("dingtalk", "secrets_unreadable")
         return exc.status, {"error": str(exc)}
     if bot is None:
+        metrics.callback_refused("dingtalk", "unknown_app")
         return 404, {"error": "unknown app"}
     if not bot.api_secret:
         logger.warning("dingtalk callback for app %s refused: the bot has no api_secret", client_id)
+        metrics.callback_refused("dingtalk", "no_api_secret")
         return 401, {"error": "this app has no api_secret; HTTP callbacks cannot be verified"}
     timestamp = headers.get(dingtalk_callbacks.TIMESTAMP_HEADER)
     signature = headers.get(dingtalk_callbacks.SIGNATURE_HEADER)
@@ -207,14 +217,17 @@ def dingtalk_handle(client_id: str, headers, raw_body: bytes) -> tuple[int, dict
         timestamp, signature, bot.api_secret, max_skew=settings.ASKCARDS_DINGTALK_CALLBACK_SKEW_SECONDS,
     ):
         logger.warning("dingtalk callback for app %s rejected: missing, wrong or stale signature", client_id)
+        metrics.callback_refused("dingtalk", "verification")
         return 401, {"error": "missing, wrong or stale x-ddpaas-signature"}
     try:
         return 200, dingtalk_card_callback(bot, raw_body, receipt=dingtalk_callbacks.replay_key(timestamp, signature))
     except dingtalk_callbacks.ReplayedCallback:
         logger.warning("dingtalk callback for app %s rejected: its signature pair was already used", client_id)
+        metrics.callback_refused("dingtalk", "replayed")
         return 401, {"error": "this x-ddpaas-signature-timestamp / x-ddpaas-signature pair was already used"}
     except dingtalk_callbacks.MalformedCallback as exc:
         logger.warning("dingtalk callback for app %s malformed: %s", client_id, exc)
+        metrics.callback_refused("dingtalk", "malformed")
         return 400, {"error": str(exc)}
 
 
