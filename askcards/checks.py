@@ -2,6 +2,8 @@
 check below by ``check --database default``, and by serve and askcards_worker at start)."""
 from __future__ import annotations
 
+import os
+
 from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
 from django.db import connections
@@ -32,6 +34,16 @@ def askcards_settings(app_configs, **kwargs):
                 hint="Every process of a scale-out deployment must share one ASKCARDS_SECRET_KEY: it "
                 "encrypts bot secrets at rest.",
                 id="askcards.W002",
+            )
+        )
+    multiprocess_dir = os.environ.get("PROMETHEUS_MULTIPROC_DIR", "")
+    if multiprocess_dir and not (os.path.isdir(multiprocess_dir) and os.access(multiprocess_dir, os.W_OK)):
+        problems.append(
+            Error(
+                f"PROMETHEUS_MULTIPROC_DIR={multiprocess_dir!r} is not a writable directory.",
+                hint="Create it (empty it at each deployment's start) and give every askcards process the same "
+                "value, or unset it to report each process's own counters.",
+                id="askcards.E003",
             )
         )
     if settings.ASKCARDS_PUBLIC_URL and not settings.ASKCARDS_PUBLIC_URL.startswith(("http://", "https://")):

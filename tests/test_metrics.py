@@ -285,3 +285,12 @@ def test_log_format_setting_refuses_an_unknown_format(tmp_path):
     done = subprocess.run([sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=120)
     assert done.returncode != 0 and "ASKCARDS_LOG_FORMAT must be plain or json" in done.stderr
+
+
+def test_a_missing_multiprocess_directory_is_a_configuration_error(tmp_path, monkeypatch):
+    from askcards import checks
+
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path / "missing"))
+    assert "askcards.E003" in [problem.id for problem in checks.askcards_settings(None)]
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    assert "askcards.E003" not in [problem.id for problem in checks.askcards_settings(None)]
