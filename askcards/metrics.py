@@ -22,6 +22,7 @@ import atexit
 import functools
 import hmac
 import ipaddress
+import logging
 import os
 import time
 from collections.abc import Iterator
@@ -29,11 +30,14 @@ from contextlib import contextmanager
 from typing import Any
 
 from django.conf import settings
+from django.db import DatabaseError
 from django.utils import timezone
 from prometheus_client import Counter, Gauge, Histogram, disable_created_metrics, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import REGISTRY, Collector
+
+logger = logging.getLogger(__name__)
 
 MULTIPROCESS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
 # The text format every Prometheus reads (the names are plain ASCII, so the body is the same).
@@ -114,9 +118,22 @@ def card_push_failed(platform: str, *, gave_up: bool) -> None:
 
 
 class DatabaseCollector(Collector):
-    """The figures the database holds, read at scrape time (``askcards.selectors``)."""
+    """The figures the database holds, read at scrape time (``askcards.selectors``). When the
+    database cannot be read, the scrape still serves the process's own figures and says so in
+    ``askcards_metrics_database_up``."""
 
     def collect(self):
+        try:
+            families = list(self._families())
+        except DatabaseError as exc:
+            logger.warning("metrics: the database could not be read (%s); serving the in-process metrics only",
+                           type(exc).__name__)
+            families = []
+        yield from families
+        yield GaugeMetricFamily("askcards_metrics_database_up", "1 when this scrape read the database's figures.",
+                                value=1 if families else 0)
+
+    def _families(self):
         from askcards import selectors
         from askcards.models import Ask
         from askcards.surfaces.web import PRESENCE_TTL

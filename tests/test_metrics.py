@@ -294,3 +294,22 @@ def test_a_missing_multiprocess_directory_is_a_configuration_error(tmp_path, mon
     assert "askcards.E003" in [problem.id for problem in checks.askcards_settings(None)]
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
     assert "askcards.E003" not in [problem.id for problem in checks.askcards_settings(None)]
+
+
+def test_a_database_failure_still_serves_the_process_metrics(token, monkeypatch):
+    from django.db import OperationalError
+
+    from askcards import selectors
+
+    def down(*args, **kwargs):
+        raise OperationalError("database is locked")
+
+    monkeypatch.setattr(selectors, "metrics_asks", down)
+    samples = scrape()
+    assert value(samples, "askcards_metrics_database_up") == 0
+    assert ("askcards_asks_created_total", (("platform", "web"), ("tool", "ask_user_questions"))) not in samples
+    assert any(name == "askcards_callback_seconds_count" for name, _ in samples)
+
+
+def test_the_database_figures_are_marked_up(token):
+    assert value(scrape(), "askcards_metrics_database_up") == 1
