@@ -14,7 +14,7 @@ from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
-from askcards import edge, selectors, services
+from askcards import edge, metrics, selectors, services
 from askcards.db import in_pool
 from askcards.errors import BotSecretsUnreadable
 from askcards.models import Ask, Bot, ProgressCard
@@ -81,12 +81,15 @@ class CallbackApp:
         await edge.send_response(send, response, request)
 
 
+@metrics.callback_timer("feishu")
 def feishu_handle(app_id: str, headers, raw_body: bytes) -> tuple[int, dict]:
     try:
         bot = selectors.active_bot(platform=Bot.Platform.FEISHU, app_id=app_id)
     except BotSecretsUnreadable as exc:
+        metrics.callback_refused("feishu", "secrets_unreadable")
         return exc.status, {"error": str(exc)}
     if bot is None:
+        metrics.callback_refused("feishu", "unknown_app")
         return 404, {"error": "unknown app"}
     try:
         payload = feishu_security.open_callback(
@@ -94,9 +97,11 @@ def feishu_handle(app_id: str, headers, raw_body: bytes) -> tuple[int, dict]:
         )
     except feishu_security.MalformedBody as exc:
         logger.warning("feishu callback for app %s unreadable: %s", app_id, exc)
+        metrics.callback_refused("feishu", "malformed")
         return 400, {"error": str(exc)}
     except feishu_security.CallbackRejected as exc:
         logger.warning("feishu callback for app %s rejected: %s", app_id, exc)
+        metrics.callback_refused("feishu", "verification")
         return 401, {"error": str(exc)}
     if payload.get("type") == "url_verification":
         return 200, {"challenge": payload.get("challenge", "")}
@@ -106,6 +111,7 @@ def feishu_handle(app_id: str, headers, raw_body: bytes) -> tuple[int, dict]:
         return 200, {}
     except feishu_parse.MalformedCallback as exc:
         logger.warning("feishu callback for app %s malformed: %s", app_id, exc)
+        metrics.callback_refused("feishu", "malformed")
         return 400, {"error": str(exc)}
     handlers = {(feishu_cards.ASK_KIND, "submit"): _ask_submit, (feishu_cards.PROGRESS_KIND, "cancel"): _progress_cancel}
     handler = handlers.get((action.kind, action.act))
@@ -183,7 +189,9 @@ def _progress_cancel(bot: Bot, action) -> tuple[str, str, ProgressCard | None]:
 # The HTTP and Stream handler is DingTalk's own (surfaces/dingtalk/handler.py); the click's effect
 # is the service it is given.
 
-dingtalk_handle = partial(dingtalk_handler.http_callback, effect=services.dingtalk_callback)
+dingtalk_handle = metrics.callback_timer("dingtalk")(
+    partial(dingtalk_handler.http_callback, effect=services.dingtalk_callback)
+)
 
 feishu_callback = _view(feishu_handle)
 dingtalk_callback = _view(dingtalk_handle)

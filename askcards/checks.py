@@ -2,6 +2,8 @@
 check below by ``check --database default``, and by serve and askcards_worker at start)."""
 from __future__ import annotations
 
+import os
+
 from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
 from django.db import connections
@@ -32,6 +34,16 @@ def askcards_settings(app_configs, **kwargs):
                 hint="Every process of a scale-out deployment must share one ASKCARDS_SECRET_KEY: it "
                 "encrypts bot secrets at rest.",
                 id="askcards.W002",
+            )
+        )
+    multiprocess_dir = os.environ.get("PROMETHEUS_MULTIPROC_DIR", "")
+    if multiprocess_dir and not (os.path.isdir(multiprocess_dir) and os.access(multiprocess_dir, os.W_OK)):
+        problems.append(
+            Error(
+                f"PROMETHEUS_MULTIPROC_DIR={multiprocess_dir!r} is not a writable directory.",
+                hint="Create it (empty it at each deployment's start) and give every askcards process the same "
+                "value, or unset it to report each process's own counters.",
+                id="askcards.E003",
             )
         )
     if settings.ASKCARDS_PUBLIC_URL and not settings.ASKCARDS_PUBLIC_URL.startswith(("http://", "https://")):
@@ -99,6 +111,39 @@ def askcards_stored_secrets(app_configs, databases=None, **kwargs):
                     "add them again (askcards_bot add, askcards_agent create). Until then these bots' "
                     "callbacks answer 503.",
                     id="askcards.E002",
+                    obj=alias,
+                )
+            )
+    return problems
+
+
+@register(Tags.database)
+def askcards_dingtalk_http_bots(app_configs, databases=None, **kwargs):
+    """An active DingTalk bot in HTTP callback mode without an api secret refuses every card click
+    (its callbacks cannot be verified): say so before the first click fails. Reads no secret: an
+    unset secret is stored as the empty string."""
+    if not databases:
+        return []
+    from .models import Bot
+
+    problems = []
+    for alias in databases:
+        if Bot._meta.db_table not in connections[alias].introspection.table_names():
+            continue
+        unsigned = list(
+            Bot._base_manager.using(alias)
+            .filter(platform=Bot.Platform.DINGTALK, callback_mode=Bot.CallbackMode.HTTP, is_active=True, api_secret="")
+            .order_by("app_id")
+            .values_list("app_id", flat=True)
+        )
+        if unsigned:
+            problems.append(
+                Warning(
+                    f"DingTalk bots in HTTP callback mode without an api secret: {', '.join(unsigned)}. Every "
+                    "card click they receive is refused (401): DingTalk signs HTTP callbacks with the api secret.",
+                    hint="Set it: manage.py askcards_bot update dingtalk <client id> --api-secret …, or switch the "
+                    "bot to Stream mode (--callback stream) and run askcards_dingtalk_stream.",
+                    id="askcards.W003",
                     obj=alias,
                 )
             )

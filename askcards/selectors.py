@@ -4,18 +4,20 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from django.db import models
 from django.db.models import QuerySet
+from django.db.models.functions import Coalesce
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 from rest_framework import serializers
 
-from . import crypto
+from . import crypto, tools
 from .errors import BotSecretsUnreadable, NotFound, Unauthenticated
-from .models import Agent, Ask, Bot, OutboxEvent, Respondent, Session
+from .models import Agent, Ask, AskEvent, Bot, CardMessage, OutboxEvent, PanelPresence, Respondent, Session
 
 
 def unique_row(queryset: QuerySet) -> Any:
@@ -225,7 +227,7 @@ class AskOutput(OutputSerializer):
 
     id = serializers.CharField()
     session = SessionRefOutput()
-    tool = serializers.CharField()
+    tool = serializers.ChoiceField(choices=list(tools.REGISTRY))
     status = serializers.ChoiceField(choices=Ask.Status.choices)
     reason = _BlankAsNullChoice(choices=Ask.Reason.choices, allow_null=True, help_text="Set once terminal")
     title = serializers.CharField(allow_blank=True)
@@ -300,3 +302,100 @@ def events_after(*, agent: Agent, after: int, limit: int = 100) -> list[OutboxEv
         .prefetch_related("ask__respondents")
         .order_by("seq")[:limit]
     )
+
+
+# ------------------------------------------------------------------------------------ metrics
+# What /metrics reports from the database (askcards.metrics): every process answers the same,
+# because the figures are read at scrape time from the rows that hold the truth. Each is one
+# grouped query; none reads an answer or a secret.
+
+
+def metrics_asks() -> list[dict[str, Any]]:
+    """Asks by tool, session platform, status and reason (open ones with reason "")."""
+    rows = Ask.objects.order_by().values("tool", "session__platform", "status", "reason").annotate(count=models.Count("pk"))
+    return [dict(row) for row in rows]
+
+
+def metrics_answer_times(bounds: tuple[float, ...]) -> list[dict[str, Any]]:
+    """Answered asks by tool: how many took at most each of ``bounds`` seconds from being shown
+    (activated) to being answered (``le_<i>``), their ``count`` and the total (``seconds``)."""
+    taken = models.ExpressionWrapper(
+        models.F("closed_at") - Coalesce("activated_at", "created_at"), output_field=models.DurationField()
+    )
+    buckets = {
+        f"le_{index}": models.Count("pk", filter=models.Q(taken__lte=timedelta(seconds=bound)))
+        for index, bound in enumerate(bounds)
+    }
+    rows = (
+        Ask.objects.filter(status=Ask.Status.ANSWERED, closed_at__isnull=False)
+        .order_by()
+        .annotate(taken=taken)
+        .values("tool")
+        .annotate(count=models.Count("pk"), total=models.Sum("taken"), **buckets)
+    )
+    return [{**row, "seconds": row["total"].total_seconds() if row["total"] else 0.0} for row in rows]
+
+
+def metrics_responses() -> list[dict[str, Any]]:
+    """People's answers by tool, the surface they answered on and their status."""
+    rows = (
+        Respondent.objects.exclude(surface="").order_by().values("ask__tool", "surface", "status")
+        .annotate(count=models.Count("pk"))
+    )
+    return [dict(row) for row in rows]
+
+
+def metrics_ignored_clicks() -> dict[tuple[str, str], int]:
+    """Clicks that changed nothing (audit rows of kind ``ignored`` from a surface), by surface and
+    cause: the part of the recorded attempt before "/" (``late/answered`` counts as ``late``)."""
+    rows = (
+        AskEvent.objects.filter(kind=AskEvent.Kind.IGNORED)
+        .exclude(surface="")
+        .order_by()
+        .values("surface", "detail__attempted")
+        .annotate(count=models.Count("pk"))
+    )
+    counted: dict[tuple[str, str], int] = {}
+    for row in rows:
+        cause = str(row["detail__attempted"] or "unknown").split("/", 1)[0]
+        key = (row["surface"], cause)
+        counted[key] = counted.get(key, 0) + row["count"]
+    return counted
+
+
+def metrics_card_sync() -> list[dict[str, Any]]:
+    """Card messages behind their desired state, by platform: all of them (``backlog``) and those
+    whose last push failed (``failing``, a retry pending)."""
+    rows = (
+        CardMessage.objects.filter(version__gt=models.F("synced_version"))
+        .order_by()
+        .values("platform")
+        .annotate(backlog=models.Count("pk"), failing=models.Count("pk", filter=models.Q(sync_attempts__gt=0)))
+    )
+    return [dict(row) for row in rows]
+
+
+def metrics_outbox(now: datetime) -> dict[str, Any]:
+    """Webhook deliveries: delivered, given up, attempts made, and the backlog (events of agents
+    with a webhook URL, neither delivered nor given up) with the age of its oldest event."""
+    webhooks = OutboxEvent.objects.order_by()
+    done = webhooks.aggregate(
+        delivered=models.Count("pk", filter=models.Q(delivered_via="webhook")),
+        given_up=models.Count("pk", filter=models.Q(failed_at__isnull=False)),
+        attempts=models.Sum("attempts"),
+    )
+    waiting = webhooks.filter(delivered_at__isnull=True, failed_at__isnull=True).exclude(agent__webhook_url="")
+    backlog = waiting.aggregate(count=models.Count("pk"), oldest=models.Min("created_at"))
+    oldest = backlog["oldest"]
+    return {
+        "delivered": done["delivered"],
+        "given_up": done["given_up"],
+        "attempts": done["attempts"] or 0,
+        "backlog": backlog["count"],
+        "oldest_seconds": max((now - oldest).total_seconds(), 0.0) if oldest is not None else 0.0,
+    }
+
+
+def metrics_panel_sockets(since: datetime) -> int:
+    """Connected panel sockets of every process: presence rows refreshed since ``since``."""
+    return PanelPresence.objects.filter(last_seen__gte=since).count()

@@ -5,12 +5,19 @@ a reload or a reconnect shows the same state. No build step — plain HTML, CSS 
 """
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
-from django.http import HttpResponse
+from django.http import Http404, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views import defaults
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
 
 from askcards import edge
+from askcards import metrics as askcards_metrics
+
+METRICS_REFUSALS = {
+    401: ("not_authenticated", "send Authorization: Bearer <ASKCARDS_METRICS_TOKEN>"),
+    403: ("forbidden", "this address is not in ASKCARDS_METRICS_ALLOW"),
+}
 
 
 @login_required
@@ -22,6 +29,26 @@ def panel(request):
 def healthz(request):
     """Liveness for load balancers (and the benchmarks' trivial view): no database, no session."""
     return HttpResponse("ok", content_type="text/plain")
+
+
+@require_safe
+@never_cache
+def metrics(request):
+    """Prometheus text (askcards/metrics.py), for a scraper with the token or from an allowed
+    address; refused otherwise (404 while neither is configured)."""
+    status = askcards_metrics.refusal(
+        authorization=request.headers.get("Authorization", ""), remote_addr=request.META.get("REMOTE_ADDR", "")
+    )
+    if status == 404:
+        raise Http404("no such page")  # not configured: the same answer as any unknown path
+    if status is not None:
+        code, message = METRICS_REFUSALS[status]
+        response = JsonResponse({"error": {"code": code, "message": message}}, status=status)
+        if status == 401:
+            response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+        return response
+    body, content_type = askcards_metrics.render()
+    return HttpResponse(body, content_type=content_type)
 
 
 login = auth_views.LoginView.as_view(template_name="askcards/login.html", redirect_authenticated_user=True)

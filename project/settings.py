@@ -6,6 +6,7 @@ channel layer, for one process (``manage.py serve``). Scale-out: ``DATABASE_URL=
 """
 from __future__ import annotations
 
+import ipaddress
 import os
 import secrets
 import tempfile
@@ -287,6 +288,9 @@ SPECTACULAR_SETTINGS = {
         "AskStatusEnum": "askcards.models.Ask.Status",
         "AskReasonEnum": "askcards.models.Ask.Reason",
         "RespondentStatusEnum": "askcards.models.Respondent.Status",
+        "ToolCallStatusEnum": "askcards.api.serializers.TOOL_CALL_STATUSES",
+        "ErrorCodeEnum": "askcards.api.schema.ERROR_CODES",
+        "ToolNameEnum": "askcards.tools.REGISTRY",
     },
     # /api/docs/ loads Swagger UI from drf-spectacular-sidecar's static files, not a CDN.
     "SWAGGER_UI_DIST": "SIDECAR",
@@ -321,12 +325,40 @@ ASKCARDS_DINGTALK_CALLBACK_SKEW_SECONDS = envint(
     "ASKCARDS_DINGTALK_CALLBACK_SKEW_SECONDS", 300, minimum=1, maximum=3600
 )
 
+
+
+def _networks(name: str) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    """Addresses or networks separated by commas or spaces (``127.0.0.1, 10.0.0.0/8, ::1``)."""
+    networks = []
+    for entry in os.environ.get(name, "").replace(",", " ").split():
+        try:
+            networks.append(ipaddress.ip_network(entry, strict=False))
+        except ValueError:
+            raise ImproperlyConfigured(f"{name}: {entry!r} is not an IP address or network (like 10.0.0.0/8)") from None
+    return tuple(networks)
+
+
+# GET /metrics (Prometheus text; askcards/metrics.py). Refused (404) unless one of these is set:
+# a Bearer token the scraper sends, and/or the addresses it may scrape from (the direct peer's
+# address: behind a proxy, the proxy's). With both set, a scrape needs both.
+ASKCARDS_METRICS_TOKEN = os.environ.get("ASKCARDS_METRICS_TOKEN", "").strip()
+ASKCARDS_METRICS_ALLOW = _networks("ASKCARDS_METRICS_ALLOW")
+
+# Log lines: "plain" text (default) or "json" (one JSON object a line: time, level, logger,
+# message, and the traceback of an error), for log collectors that parse fields.
+ASKCARDS_LOG_FORMAT = os.environ.get("ASKCARDS_LOG_FORMAT", "plain").strip().lower() or "plain"
+if ASKCARDS_LOG_FORMAT not in ("plain", "json"):
+    raise ImproperlyConfigured(f"ASKCARDS_LOG_FORMAT must be plain or json, got {ASKCARDS_LOG_FORMAT!r}")
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "json": {"()": "askcards.logformat.JsonFormatter"},
+    },
     "filters": {"refusal": {"()": "askcards.edge.RefusalWithoutTraceback"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": ASKCARDS_LOG_FORMAT}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     "loggers": {
         # Django logs each of these refusals (its 400s) on its own logger, with a traceback.

@@ -11,6 +11,7 @@ handler500 = "askcards.views.server_error"
 urlpatterns = [
     path("", RedirectView.as_view(url="/panel/", permanent=False)),
     path("healthz", views.healthz, name="healthz"),
+    path("metrics", views.metrics, name="metrics"),
     path("panel/", views.panel, name="panel"),
     path("login/", views.login, name="login"),
     path("logout/", views.logout, name="logout"),

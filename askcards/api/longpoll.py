@@ -22,7 +22,7 @@ from django.http import HttpResponse
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
-from askcards import edge, events
+from askcards import edge, events, metrics
 from askcards.db import in_pool
 
 logger = logging.getLogger(__name__)
@@ -95,7 +95,8 @@ class LongPollApp:
         response = await _in_pool(self.view, request, **kwargs)
         poll: LongPoll | None = getattr(response, "long_poll", None)
         if poll is not None and poll.timeout > 0:
-            response = await self._wait(poll, receive)
+            with metrics.parked("rest"):
+                response = await self._wait(poll, receive)
             if response is None:  # client went away
                 return
         await edge.send_response(send, response, request)

@@ -14,8 +14,6 @@ from drf_spectacular.utils import OpenApiResponse
 
 from askcards.errors import AskNotPending, InvalidInput, NotFound, UnknownTool, WebUserNotGranted
 
-from .serializers import ErrorOutput
-
 # code -> (HTTP status, when it is sent)
 CODES: dict[str, tuple[int, str]] = {
     "bad_request": (400, "the request itself is malformed: a bad Content-Length header, too many query parameters, a Host this server does not serve"),
@@ -32,6 +30,10 @@ CODES: dict[str, tuple[int, str]] = {
     "request_too_large": (413, "the body is over the limit (any body, on a long-poll GET)"),
     "unsupported_media_type": (415, "the body is not application/json"),
 }
+
+# Every code an error body may carry (``ErrorCodeEnum``): the documented ones, and the 405 a method
+# no operation has is answered with (no operation documents it, as it is not one of them).
+ERROR_CODES = (*CODES, "method_not_allowed")
 
 # What every operation may answer, whatever it does.
 ANY = (
@@ -51,6 +53,8 @@ QUERY = (InvalidInput.code,)
 def responses(ok: dict[int, Any], *codes: str) -> dict[int, Any]:
     """An operation's responses: ``ok`` (status -> output serializer), then one error response per
     status among ``ANY`` and ``codes``, its description listing those codes."""
+    from .serializers import ErrorOutput  # serializers read ERROR_CODES from here
+
     by_status: dict[int, list[str]] = {}
     for code in dict.fromkeys(ANY + codes):
         by_status.setdefault(CODES[code][0], []).append(code)

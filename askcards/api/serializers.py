@@ -15,7 +15,13 @@ from askcards import tools
 from askcards.models import Ask, ProgressCard, Session
 from askcards.selectors import AskOutput, EventOutput, IsoDateTime, OutputSerializer, SessionRefOutput
 
+from .schema import ERROR_CODES
+
 MAX_WAIT_SECONDS = 60
+# POST /tools/call's status (ToolCallStatusEnum): the ask's status when the call made or found an
+# ask; "failed" for a tool-level failure before one; "ok" (a DingTalk list) and "cancelled" (a
+# DingTalk cancel) for actions that make none.
+TOOL_CALL_STATUSES = (*Ask.Status.values, "ok")
 
 
 class StrictSerializer(serializers.Serializer):
@@ -131,7 +137,7 @@ class EventsAckInput(StrictSerializer):
 
 
 class ToolOutput(OutputSerializer):
-    name = serializers.CharField()
+    name = serializers.ChoiceField(choices=list(tools.REGISTRY))
     description = serializers.CharField()
     input_schema = serializers.JSONField(help_text="JSON Schema of the tool's arguments, exactly what is validated")
 
@@ -189,7 +195,11 @@ class ProgressOutput(OutputSerializer):
 
 
 class ToolCallOutput(OutputSerializer):
-    status = serializers.CharField(help_text="The ask's status, failed (a tool-level failure), or a DingTalk outcome")
+    status = serializers.ChoiceField(
+        choices=TOOL_CALL_STATUSES,
+        help_text="The ask's status; failed: a tool-level failure (tool_result says why); ok: a DingTalk list; "
+        "cancelled: also a DingTalk cancel",
+    )
     ask = AskOutput(allow_null=True, help_text="Null when the call made no ask (a failure before one, a DingTalk list)")
     tool_result = serializers.CharField(allow_null=True, help_text="The exact string for the model; null while pending")
 
@@ -212,7 +222,7 @@ class EventsAckOutput(OutputSerializer):
 
 
 class ErrorDetailOutput(OutputSerializer):
-    code = serializers.CharField(help_text="Stable; each response lists the codes it may carry")
+    code = serializers.ChoiceField(choices=ERROR_CODES, help_text="Stable; each response lists the codes it may carry")
     message = serializers.CharField(help_text="What was wrong and what was expected")
     fields = serializers.DictField(  # type: ignore[assignment]  # a declared field: see selectors.OutputSerializer
         child=serializers.ListField(child=serializers.CharField()),

@@ -30,7 +30,7 @@ from django.http import HttpResponse
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE, TransportSecuritySettings
 
-from askcards import edge, jsonlimits
+from askcards import edge, jsonlimits, metrics
 from askcards.db import in_pool
 
 from .caller import Unauthorized, agent_for
@@ -139,7 +139,11 @@ class McpApp:
         parked = parked_request(message, scope) if body else None
         if parked is not None:
             message = None  # a parked call holds only what it needs while it waits
-            if await serve_parked(self.server, manager.security_settings, {}, scope, receive, _secured(send, request), parked):
+            with metrics.parked("mcp"):
+                served = await serve_parked(
+                    self.server, manager.security_settings, {}, scope, receive, _secured(send, request), parked
+                )
+            if served:
                 return
         await manager.handle_request(scope, _replay(body, receive), _secured(send, request))
 

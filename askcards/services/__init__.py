@@ -12,6 +12,8 @@ another only downwards (``asks`` imports none of them).
 """
 from .agents import (
     BOT_BASE_URLS,
+    BotCheck,
+    BotRemoval,
     agent_create,
     agent_grant,
     agent_grants_set,
@@ -19,6 +21,11 @@ from .agents import (
     agent_rotate_key,
     agent_webhook_url_check,
     bot_add,
+    bot_get,
+    bot_remove,
+    bot_test,
+    bot_update,
+    bot_warnings,
     events_acknowledge,
     events_retry,
 )
@@ -57,6 +64,7 @@ __all__ = [
     "SYSTEM", "AnswerOutcome", "ClickResult", "ToolCallOutcome", "agent_create", "agent_grant", "agent_grants_set",
     "agent_recover", "agent_revoke", "agent_rotate_key", "agent_webhook_url_check", "ask_activate", "ask_answer",
     "ask_cancel", "ask_click_rejected", "ask_expire", "ask_invalidate", "ask_result_returned", "ask_result_undeliverable", "bot_add",
+    "bot_get", "bot_remove", "bot_test", "bot_update", "bot_warnings", "BotCheck", "BotRemoval",
     "callback_receipt", "callback_receipts_purge", "card_delivery_failed", "card_touch", "dingtalk_callback",
     "dingtalk_click",
     "events_acknowledge", "events_retry", "expire_due", "infer_platform", "progress_put", "purge_answers",

@@ -3,15 +3,21 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db import models, transaction
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, models, transaction
+from django.db.models import ProtectedError
 
 from askcards import crypto, jsonlimits, netguard, outbox
-from askcards.errors import InvalidInput
-from askcards.models import Agent, Bot
+from askcards.errors import InvalidInput, NotFound
+from askcards.models import Agent, Ask, Bot, Session
+from askcards.surfaces.dingtalk.client import DingTalkClient, DingTalkError
+from askcards.surfaces.feishu.client import FeishuClient, FeishuError
+from askcards.surfaces.http import PlatformError
 
 if TYPE_CHECKING:
     # What get_user_model() returns: settings leave AUTH_USER_MODEL at Django's own.
@@ -155,6 +161,175 @@ def bot_add(
     bot.full_clean()
     bot.save()
     return bot
+
+
+# What each platform's bot may set besides its id and app secret (the rest means nothing to it).
+BOT_OPTIONS: dict[str, frozenset[str]] = {
+    Bot.Platform.FEISHU: frozenset({"name", "base_url", "verification_token", "encrypt_key", "is_active"}),
+    Bot.Platform.DINGTALK: frozenset(
+        {"name", "base_url", "api_secret", "template_id", "callback_mode", "is_active"}
+    ),
+}
+BOT_SECRETS = ("app_secret", "verification_token", "encrypt_key", "api_secret")
+
+
+def bot_get(*, platform: str, app_id: str) -> Bot:
+    """The bot of this platform and app id (active or not); NotFound saying how to list them."""
+    if platform not in Bot.Platform.values:
+        raise InvalidInput(f"platform must be feishu or dingtalk, got {platform!r}")
+    bot = Bot.objects.filter(platform=platform, app_id=app_id).first()
+    if bot is None:
+        raise NotFound(f"no {platform} bot with id {app_id!r} (askcards_bot list shows the bots)")
+    return bot
+
+
+def bot_update(*, bot: Bot, **changes: str | bool | None) -> list[str]:
+    """Change a bot's options and secrets; a value of None keeps the field, "" clears it (the app
+    secret cannot be cleared). Returns the names of the fields that changed. InvalidInput, and
+    nothing saved, for a field the platform does not use, a value too long for its column, or an
+    invalid base URL or callback mode."""
+    allowed = BOT_OPTIONS[bot.platform] | {"app_secret"}
+    wrong = sorted(name for name, value in changes.items() if value is not None and name not in allowed)
+    if wrong:
+        raise InvalidInput(f"a {bot.platform} bot has no {', '.join(wrong)} (it takes: {', '.join(sorted(allowed))})")
+    wanted = {name: value for name, value in changes.items() if value is not None}
+    if "app_secret" in wanted and not str(wanted["app_secret"]).strip():
+        raise InvalidInput("the app secret cannot be cleared; give the new one")
+    _check_columns(Bot, **wanted)
+    changed = [name for name, value in wanted.items() if getattr(bot, name) != value]
+    for name in changed:
+        setattr(bot, name, wanted[name])
+    if not changed:
+        return []
+    try:
+        bot.full_clean(validate_unique=False)
+    except ValidationError as exc:
+        bot.refresh_from_db()  # the caller's instance must not keep values that were refused
+        raise InvalidInput("; ".join(f"{name}: {' '.join(errors)}" for name, errors in exc.message_dict.items())) from None
+    bot.save(update_fields=changed)
+    # Which fields, never their values: a secret in a log line is a leaked secret.
+    logger.info("%s bot %s updated: %s", bot.platform, bot.app_id, ", ".join(sorted(changed)))
+    return changed
+
+
+@dataclass(frozen=True)
+class BotRemoval:
+    deleted: bool  # False: retired (kept inactive) because sessions or cards refer to it
+    sessions: int = 0
+    pending_asks: int = 0
+
+
+def bot_remove(*, bot: Bot) -> BotRemoval:
+    """Delete the bot when nothing refers to it. A bot that sessions or cards still refer to is
+    retired instead: marked inactive, so its callbacks are refused and no card is sent through it,
+    while the history that names it stays (``bot_update(is_active=True)`` brings it back)."""
+    try:
+        with transaction.atomic():
+            bot.delete()
+    except (ProtectedError, IntegrityError):  # PROTECTed by sessions / card messages
+        bot.is_active = False
+        bot.save(update_fields=["is_active"])
+        logger.info("%s bot %s retired (kept inactive: it is referred to)", bot.platform, bot.app_id)
+        return BotRemoval(
+            deleted=False,
+            sessions=Session.objects.filter(bot=bot).count(),
+            pending_asks=Ask.objects.filter(session__bot=bot, status=Ask.Status.PENDING).count(),
+        )
+    logger.info("%s bot %s removed", bot.platform, bot.app_id)
+    return BotRemoval(deleted=True)
+
+
+def bot_warnings(bot: Bot) -> list[str]:
+    """What is configured but cannot work, in the operator's words (also a system check)."""
+    warnings = []
+    if bot.platform == Bot.Platform.DINGTALK and bot.callback_mode == Bot.CallbackMode.HTTP and not bot.api_secret:
+        warnings.append(
+            f"dingtalk bot {bot.app_id} takes HTTP callbacks but has no api secret: every card click is "
+            "refused (401), because DingTalk signs its callbacks with it. Set it (askcards_bot update "
+            f"dingtalk {bot.app_id} --api-secret …) or use Stream mode (--callback stream)."
+        )
+    return warnings
+
+
+@dataclass(frozen=True)
+class BotCheck:
+    """The outcome of asking the platform for an access token with the bot's credentials.
+
+    ``cause``: ok | credentials (the platform refused the id or secret) | network (no answer:
+    DNS, refused connection, timeout, TLS) | http (another HTTP error status) | response (an
+    answer without a token)."""
+
+    ok: bool
+    cause: str
+    message: str
+    http_status: int | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+# The token endpoints' answers to a wrong id or secret: Feishu 10003 (bad app_id) and 10015 (wrong
+# secret), reference feishu §3.2; DingTalk 400 invalidClientIdOrSecret, reference dingtalk-platform.
+FEISHU_CREDENTIAL_CODES = frozenset({10003, 10015})
+DINGTALK_CREDENTIAL_CODES = frozenset({"invalidClientIdOrSecret"})
+
+
+def bot_test(*, bot: Bot, timeout: float = 5.0) -> BotCheck:
+    """Ask the platform for a fresh access token with the bot's stored credentials (the cached
+    token is not used: it would hide a secret changed since). Never raises for a platform
+    failure: the result says what failed. Nothing secret is put in the message."""
+    where = bot.base_url
+    client: FeishuClient | DingTalkClient
+    if bot.platform == Bot.Platform.FEISHU:
+        client = FeishuClient(bot.app_id, bot.app_secret, bot.base_url, timeout=timeout, max_attempts=2,
+                              backoff=0.2)
+    else:
+        client = DingTalkClient(bot.app_id, bot.app_secret, bot.base_url, timeout=timeout, max_attempts=2,
+                                backoff=0.2)
+    warnings = bot_warnings(bot)
+    if not bot.is_active:
+        warnings.append(f"{bot.platform} bot {bot.app_id} is inactive: its callbacks are refused and no card is sent")
+    try:
+        client.fetch_token()
+    except PlatformError as exc:
+        cause, status = _failure_cause(exc)
+        return BotCheck(ok=False, cause=cause, message=_failure_text(bot, cause, status, exc), http_status=status,
+                        warnings=warnings)
+    return BotCheck(
+        ok=True, cause="ok", message=f"{where} issued an access token for {bot.platform} app {bot.app_id}.",
+        warnings=warnings,
+    )
+
+
+def _failure_cause(exc: PlatformError) -> tuple[str, int | None]:
+    if isinstance(exc, FeishuError):
+        status, code = exc.http_status, exc.code
+        refused = code in FEISHU_CREDENTIAL_CODES
+    elif isinstance(exc, DingTalkError):
+        status, code_text = exc.status, exc.code
+        refused = code_text in DINGTALK_CREDENTIAL_CODES
+    else:  # every client raises its own subclass; anything else had no usable answer
+        return "response", None
+    if status is None:
+        return ("network" if not exc.permanent else "response"), None
+    if refused:
+        return "credentials", status
+    if status >= 400:
+        return "http", status
+    return "response", status
+
+
+def _failure_text(bot: Bot, cause: str, status: int | None, exc: PlatformError) -> str:
+    platform = "Feishu" if bot.platform == Bot.Platform.FEISHU else "DingTalk"
+    id_flags = "--app-id / --app-secret" if bot.platform == Bot.Platform.FEISHU else "--client-id / --client-secret"
+    if cause == "credentials":
+        return (f"{platform} refused the app id or secret of {bot.platform} bot {bot.app_id} (HTTP {status}). "
+                f"Check them in the platform's developer console ({id_flags}); set a new secret with "
+                f"askcards_bot update {bot.platform} {bot.app_id}. [{exc.message}]")
+    if cause == "network":
+        return (f"could not reach {bot.base_url} for {bot.platform} bot {bot.app_id}: no answer. Check the "
+                f"base URL, DNS, proxy and firewall of this host. [{exc.message}]")
+    if cause == "http":
+        return f"{bot.base_url} answered HTTP {status} for {bot.platform} bot {bot.app_id}. [{exc.message}]"
+    return f"{bot.base_url} gave no usable access token for {bot.platform} bot {bot.app_id}. [{exc.message}]"
 
 
 def events_acknowledge(*, agent: Agent, upto: int) -> int:

@@ -9,6 +9,7 @@ from typing import Any
 
 from django.db.models import F, Q
 
+from askcards import metrics
 from askcards.db import statements
 from askcards.models import CardMessage
 
@@ -73,6 +74,7 @@ def card_push_failed(
         "%s card %s push failed (attempt %d, %s): %s",
         message.platform, message.pk, attempts, "giving up on this state" if gave_up else f"retry in {delay}s", error,
     )
+    metrics.card_push_failed(message.platform, gave_up=gave_up)
     CardMessage.objects.filter(pk=message.pk).update(
         sync_attempts=0 if gave_up else attempts,
         last_error=error[:500],

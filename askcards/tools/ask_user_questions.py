@@ -98,8 +98,9 @@ def normalise_answers(questions: Sequence[Mapping[str, Any]], answers: Any) -> l
     """Map what a surface submitted onto the seed's answer shape, or raise ValueError.
 
     ``answers`` is one entry per question, in order: ``{"selectedLabels": [...], "customInput": str|None}``
-    (``question`` may be present and must then match). Single select: non-blank custom text wins and
-    clears the labels. Multi select: both are kept. A question with neither is not an answer.
+    (``question`` may be present and must then match). Labels keep the order given, duplicates
+    dropped. Single select: non-blank custom text wins and clears the labels. Multi select: both are
+    kept. A question with neither is not an answer.
     """
     if not isinstance(answers, list) or len(answers) != len(questions):
         raise ValueError(f"expected {len(questions)} answers, one per question")
@@ -121,7 +122,10 @@ def normalise_answers(questions: Sequence[Mapping[str, Any]], answers: Any) -> l
         unknown = [label for label in labels if label not in known]
         if unknown:
             raise ValueError(f"answer {index}: unknown option {unknown[0]!r}")
-        labels = [label for label in known if label in labels]  # option order, no duplicates
+        # The order the person selected them in, as the surface delivered it (the reference keeps a
+        # Feishu multi-select's form value order: ["B", "A"] reaches the model as ["B", "A"]);
+        # a label given twice counts once.
+        labels = list(dict.fromkeys(labels))
         custom_text = custom.strip() if custom else ""
         if not question["multiSelect"]:
             if len(labels) > 1:

@@ -166,6 +166,21 @@ def test_submit_answers_the_ask_and_the_group_sees_the_clickers_card(mounted, fa
     assert _shown_card(fake, card) == body["card"]["data"]
 
 
+def test_multi_select_labels_reach_the_agent_in_the_order_the_form_lists_them(mounted, agent_and_key):
+    """The reference keeps a multi-select's selection order (form value ["2", "0"] -> Web, Feishu)."""
+    ask, card = mounted
+    response = click(
+        ask.session.bot, operator="ou_alice", value=submit_value(ask), message_id=message_of(card).message_id,
+        form_value={"q0_0": "1", "q0_1": ["2", "0"]},
+    )
+    assert response.json()["toast"]["content"] == "已提交"
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {agent_and_key[1]}")
+    waited = api.get(f"/api/v1/asks/{ask.id}/wait?timeout=1").json()
+    assert json.loads(waited["result"]["tool_result"])["answers"][1]["selectedLabels"] == ["Web", "Feishu"]
+    assert waited["result"]["answers"][1]["selectedLabels"] == ["Web", "Feishu"]
+
+
 def test_only_the_sender_may_submit(mounted):
     ask, card = mounted
     response = click(ask.session.bot, operator="ou_bob", value=submit_value(ask), form_value={"q0_0": "0", "q0_1": ["1"]})

@@ -151,7 +151,7 @@ def test_single_select_label_and_multi_select_labels_with_text():
     answers = form_answers(QUESTIONS, {"q1_0": "1", "c1_0": "", "q1_1": ["2", "0"], "c1_1": " extra "}, 1)
     assert answers == [
         {"question": "Which database?", "selectedLabels": ["SQLite"], "customInput": None},
-        {"question": "Which caches?", "selectedLabels": ["Redis", "Local"], "customInput": "extra"},
+        {"question": "Which caches?", "selectedLabels": ["Local", "Redis"], "customInput": "extra"},
     ]
 
 
@@ -165,10 +165,10 @@ def test_multi_select_keeps_only_text_when_nothing_is_selected():
     assert answers[0]["selectedLabels"] == [] and answers[0]["customInput"] == "none of them"
 
 
-@pytest.mark.parametrize("selection", ['["0","2"]', [{"value": "0"}, {"value": "2"}], ["0", "2", "0"]])
-def test_multi_select_values_in_every_delivered_shape(selection):
+@pytest.mark.parametrize("selection", ['["2","0"]', [{"value": "2"}, {"value": "0"}], ["2", "0", "2"]])
+def test_multi_select_values_in_every_delivered_shape_keep_the_selection_order(selection):
     answers = form_answers([MULTI], {"q0_0": selection}, 0)
-    assert answers[0]["selectedLabels"] == ["Redis", "Local"]
+    assert answers[0]["selectedLabels"] == ["Local", "Redis"]
 
 
 @pytest.mark.parametrize("selection", ["1", {"value": "1"}, ["1"], 1])

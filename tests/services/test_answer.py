@@ -54,7 +54,7 @@ def test_multi_select_keeps_labels_and_custom_text(agent, present_session):
         ask_id=ask.id, answers=answer_for(labels=("SQLite", "PostgreSQL"), custom="and Redis"), surface="web"
     )
     ask.refresh_from_db()
-    assert ask.result["answers"][0]["selectedLabels"] == ["PostgreSQL", "SQLite"]
+    assert ask.result["answers"][0]["selectedLabels"] == ["SQLite", "PostgreSQL"]  # as selected
     assert ask.result["answers"][0]["customInput"] == "and Redis"
 
 

@@ -150,9 +150,11 @@ class DingTalkClient:
     def access_token(self) -> str:
         """The app access token, from the cache until 60 s before it expires (fetched each time
         while the cache is down)."""
-        token = self._token.get()
-        if token:
-            return token
+        return self._token.get() or self.fetch_token()
+
+    def fetch_token(self) -> str:
+        """A new app access token from DingTalk (never the cached one), then cached; raises
+        ``DingTalkError`` when DingTalk refuses the client id or secret or cannot be reached."""
         body = self._call("POST", TOKEN_PATH, {"appKey": self.client_id, "appSecret": self._client_secret}, auth=False)
         token = body.get("accessToken") if isinstance(body, dict) else None
         expire_in = body.get("expireIn") if isinstance(body, dict) else None

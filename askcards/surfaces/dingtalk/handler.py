@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from django.conf import settings
 from django.db import close_old_connections
 
-from askcards import selectors
+from askcards import metrics, selectors
 from askcards.errors import BotSecretsUnreadable
 from askcards.models import Bot
 
@@ -47,11 +47,14 @@ def http_callback(client_id: str, headers: Mapping[str, str], raw_body: bytes, *
     try:
         bot = selectors.active_bot(platform=Bot.Platform.DINGTALK, app_id=client_id)
     except BotSecretsUnreadable as exc:
+        metrics.callback_refused("dingtalk", "secrets_unreadable")
         return exc.status, {"error": str(exc)}
     if bot is None:
+        metrics.callback_refused("dingtalk", "unknown_app")
         return 404, {"error": "unknown app"}
     if not bot.api_secret:
         logger.warning("dingtalk callback for app %s refused: the bot has no api_secret", client_id)
+        metrics.callback_refused("dingtalk", "no_api_secret")
         return 401, {"error": "this app has no api_secret; HTTP callbacks cannot be verified"}
     timestamp = headers.get(callbacks.TIMESTAMP_HEADER)
     signature = headers.get(callbacks.SIGNATURE_HEADER)
@@ -59,14 +62,17 @@ def http_callback(client_id: str, headers: Mapping[str, str], raw_body: bytes, *
         timestamp, signature, bot.api_secret, max_skew=settings.ASKCARDS_DINGTALK_CALLBACK_SKEW_SECONDS,
     ):
         logger.warning("dingtalk callback for app %s rejected: missing, wrong or stale signature", client_id)
+        metrics.callback_refused("dingtalk", "verification")
         return 401, {"error": "missing, wrong or stale x-ddpaas-signature"}
     try:
         return 200, card_callback(bot, raw_body, effect=effect, receipt=callbacks.replay_key(timestamp, signature))
     except callbacks.ReplayedCallback:
         logger.warning("dingtalk callback for app %s rejected: its signature pair was already used", client_id)
+        metrics.callback_refused("dingtalk", "replayed")
         return 401, {"error": "this x-ddpaas-signature-timestamp / x-ddpaas-signature pair was already used"}
     except callbacks.MalformedCallback as exc:
         logger.warning("dingtalk callback for app %s malformed: %s", client_id, exc)
+        metrics.callback_refused("dingtalk", "malformed")
         return 400, {"error": str(exc)}
 
 

@@ -124,9 +124,11 @@ class FeishuClient:
     def tenant_token(self) -> str:
         """The cached tenant access token, fetched when absent or within the safety margin of expiry
         (or when the cache is down)."""
-        token = self._token.get()
-        if token:
-            return token
+        return self._token.get() or self.fetch_token()
+
+    def fetch_token(self) -> str:
+        """A new tenant access token from Feishu (never the cached one), then cached; raises
+        ``FeishuError`` when Feishu refuses the app id or secret or cannot be reached."""
         body = self._call("POST", TOKEN_PATH, {"app_id": self.app_id, "app_secret": self._app_secret}, auth=False)
         token, expire = body.get("tenant_access_token"), body.get("expire")
         if not isinstance(token, str) or not token or isinstance(expire, bool) or not isinstance(expire, (int, float)):
