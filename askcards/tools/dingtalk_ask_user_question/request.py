@@ -321,13 +321,13 @@ def submission_problem(form_fields: list[dict[str, Any]], form: dict[str, Any]) 
         raw = form.get(field["name"])
         if raw is None or raw == "" or raw == field.get("defaultValue", field.get("defautValue")):
             continue
-        problem = _value_problem(field, raw)
+        problem = value_problem(field, raw)
         if problem:
             return f"field {field['name']!r} ({field['type']}): {problem}"
     return ""
 
 
-def _value_problem(field: dict[str, Any], raw: Any) -> str:
+def value_problem(field: dict[str, Any], raw: Any) -> str:
     kind = field["type"]
     if kind in ("CHECKBOX", "SWITCH"):
         return "" if isinstance(raw, bool) else "expected true or false"
