@@ -108,6 +108,9 @@ def cancelled_message(ask: Ask) -> dict[str, str]:
     return {"type": "ask_user_questions_cancelled", "requestId": ask.id, "reason": ask.reason or ask.status}
 
 
+RESPONDED = (Respondent.Status.SUBMITTED, Respondent.Status.EMPTY, Respondent.Status.CANCELLED)
+
+
 def history_item(ask: Ask) -> dict[str, Any]:
     """A closed ask in the panel's history: who asked, what, how it ended and the panel user's own
     answers (a collection's other respondents are never shown; purged answers are gone)."""
@@ -118,13 +121,15 @@ def history_item(ask: Ask) -> dict[str, Any]:
         title = " · ".join(str(q.get("header") or q.get("question") or "") for q in ask.questions or [])
         owner = ask.sender_id.casefold()
         row = next((r for r in ask.respondents.all() if r.respondent_key == owner), None)
+    if row is not None and row.status not in RESPONDED:
+        row = None  # they did not respond (pending, missing)
     return {
         "requestId": ask.id,
         **_who(ask),
         "title": title,
         "status": ask.status,
         "reason": ask.reason,
-        "respondent": row.status if row is not None else "",
+        "respondent": row.status if row is not None else "",  # submitted | empty | cancelled | ""
         "surface": row.surface if row is not None else "",
         "closedAt": ask.closed_at.isoformat() if ask.closed_at else None,
         "purged": ask.answers_purged_at is not None,

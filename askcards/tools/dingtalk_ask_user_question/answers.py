@@ -14,7 +14,7 @@ import re
 from datetime import date, datetime
 from typing import Any
 
-from .request import value_problem
+from .request import is_default, value_problem
 from .schema import OPTION_TYPES
 
 
@@ -77,7 +77,7 @@ def check_form(form_fields: list[dict[str, Any]], form: Any) -> dict[str, Any]:
         raw = form.get(name)
         default = default_of(field)
         if field.get("hidden") or field.get("readOnly"):
-            if name in form and raw != default:
+            if name in form and not (raw is None and default is None) and not is_default(field, raw):
                 raise FormRefused(f"「{label}」不可修改。", name)
             if default is not None:
                 checked[name] = default
@@ -86,7 +86,7 @@ def check_form(form_fields: list[dict[str, Any]], form: Any) -> dict[str, Any]:
             if field.get("required"):
                 raise FormRefused(_required_text(field, label), name)
             continue
-        if raw != default:
+        if not is_default(field, raw):
             problem = value_problem(field, raw)
             if problem:
                 raise FormRefused(f"「{label}」{_PROBLEMS.get(problem, '的值无效')}。", name)
