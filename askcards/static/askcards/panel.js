@@ -516,7 +516,7 @@
   function renderHistory() {
     historyList.replaceChildren();
     for (const item of history) {
-      const row = el("li", { class: "past", "data-request-id": item.requestId });
+      const row = el("li", { class: "past", "data-history-id": item.requestId });
       const head = el("p", { class: "past-head" });
       head.append(el("strong", {}, item.title || "问题"), el("span", { class: "past-status" }, ` · ${historyStatus(item)}`));
       row.append(head);
