@@ -240,7 +240,7 @@ def dingtalk_panel_answer(*, username: str, ask_id: str, action: str, form: Any)
 
     The panel answers only for its signed-in user: the respondent whose id is the session's user
     (``selectors.panel_identity``) — on an ordinary card the asker, in a targeted collection only
-    if they are one of its targets. The form is checked by the tool (``check_answers``: what the
+    if they are one of its targets. The form is checked by the tool (``check_form``: what the
     card's form would refuse is refused, nothing changes); then it is the card's click
     (``dingtalk_click``): the first answer wins across card and panel, a collection closes when
     its last respondent responds.
@@ -258,7 +258,7 @@ def dingtalk_panel_answer(*, username: str, ask_id: str, action: str, form: Any)
     checked: dict[str, Any] = {}
     if action == "submit":
         try:
-            checked = dingtalk_tool.TOOL.check_answers(ask.fields or [], form)
+            checked = dingtalk_tool.TOOL.check_form(ask.fields or [], form)
             jsonlimits.check_text(checked, "form")
         except dingtalk_tool.FormRefused as exc:
             # As on the card: a closed ask, or a respondent who already responded, is told so

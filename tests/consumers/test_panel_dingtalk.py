@@ -430,3 +430,17 @@ async def test_respondent_rows_record_the_panel_as_their_surface(world):
     audit = await database_sync_to_async(lambda: list(AskEvent.objects.filter(ask_id=ask.id, kind="closed").values_list("surface", flat=True)))()
     assert (row.surface, audit) == ("web", ["web"])
     await panel.disconnect()
+
+
+async def test_a_form_is_never_closed_through_the_question_answer_message(world):
+    panel = await _panel(world["alice"])
+    ask = await _form(world)
+    await panel.receive_json_from(timeout=5)
+    await panel.send_json_to({"type": "ask_user_questions_result", "requestId": ask.id, "answers": VALID})
+    ack = await _next(panel, "ask_user_questions_ack")
+    assert (ack["ok"], ack["error"]) == (False, "invalid: this ask is a DingTalk form; answer it with dingtalk_form_result")
+    # Nor by a caller of the seed's answer path handing it a form: only dingtalk_click closes it.
+    outcome = await database_sync_to_async(services.ask_answer)(ask_id=ask.id, answers=VALID, surface="web")
+    assert not outcome.accepted and outcome.error.startswith("invalid:")
+    assert (await _state(ask.id))[0].status == "pending"
+    await panel.disconnect()
