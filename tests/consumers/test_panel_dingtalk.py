@@ -444,3 +444,22 @@ async def test_a_form_is_never_closed_through_the_question_answer_message(world)
     assert not outcome.accepted and outcome.error.startswith("invalid:")
     assert (await _state(ask.id))[0].status == "pending"
     await panel.disconnect()
+
+
+async def test_a_card_another_sender_owns_is_not_hers_to_answer(world):
+    """In a group conversation the agent answers whoever wrote: a card owned by staff_x is staff_x's
+    alone, so alice's panel (she is the session's user, staff_a) neither lists nor answers it."""
+    group, _ = await database_sync_to_async(services.session_upsert)(
+        agent=world["agent"], key="dingtalk/group/cid_team", platform="dingtalk", bot=world["bot"], chat_type="group",
+        chat_id="cid_team", user_id="staff_a", web_user="alice",
+    )
+    panel = await _panel(world["alice"])
+    theirs, _ = await database_sync_to_async(create)(world["agent"], group, {"fields": FIELDS[:1]}, sender_id="staff_x")
+    assert await panel.receive_nothing(timeout=0.3)
+    ack = await _submit(panel, theirs.ask.id, {"code": "A"})
+    assert (ack["ok"], ack["error"]) == (False, "not_respondent")
+    mine, _ = await database_sync_to_async(create)(world["agent"], group, {"fields": FIELDS[:1]}, sender_id="staff_a")
+    shown = await _next(panel, "dingtalk_form")
+    assert (shown["requestId"], shown["session"]) == (mine.ask.id, "钉钉群聊：dingtalk/group/cid_team")
+    assert (await _state(theirs.ask.id))[0].status == "pending"
+    await panel.disconnect()
