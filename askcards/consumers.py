@@ -8,9 +8,10 @@ from urllib.parse import parse_qs
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from askcards import jsonlimits, services
-from askcards.models import Ask
+from askcards import jsonlimits, selectors, services
+from askcards.models import Ask, Respondent
 from askcards.surfaces import web
+from askcards.tools import dingtalk_ask_user_question as dt
 
 logger = logging.getLogger(__name__)
 
@@ -20,17 +21,43 @@ MAX_MESSAGE_BYTES = 64 * 1024
 
 
 @database_sync_to_async
-def _ask_for(username: str, ask_id: str) -> Ask | None:
-    return Ask.objects.select_related("session").filter(pk=ask_id, session__web_user=username).first()
+def _show(username: str, ask_id: str) -> dict | None:
+    """What the panel shows of an ask that was just activated or progressed, re-read (it may
+    have closed meanwhile); None when there is nothing to show this user."""
+    ask = selectors.panel_ask(username=username, ask_id=ask_id)
+    if ask is None or ask.status != Ask.Status.PENDING or not selectors.panel_answerable(ask):
+        return None
+    row = selectors.panel_respondent(ask) if ask.tool == dt.NAME else None
+    if row is not None and row.status != Respondent.Status.PENDING:
+        return web.responded_message(ask, row)
+    return web.ask_message(ask)
 
 
 @database_sync_to_async
-def _answer(username: str, ask_id: str, answers) -> services.AnswerOutcome | None:
-    """Answer one of this user's asks; None when it is not theirs (or does not exist)."""
-    ask = Ask.objects.select_related("session").filter(pk=ask_id, session__web_user=username).first()
+def _history_item(username: str, ask_id: str) -> dict | None:
+    ask = selectors.panel_ask(username=username, ask_id=ask_id)
+    if ask is None or ask.is_open or ask.status == Ask.Status.FAILED:
+        return None
+    if ask.tool == dt.NAME and selectors.panel_respondent(ask) is None:
+        return None
+    return web.history_item(ask)
+
+
+@database_sync_to_async
+def _answer(username: str, ask_id: str, answers) -> services.AnswerOutcome | str | None:
+    """Answer one of this user's question asks; None when it is not theirs (or does not exist),
+    an error text when it is a DingTalk form (answered by ``dingtalk_form_result``)."""
+    ask = selectors.unique_row(selectors.panel_asks(username).select_related("session").filter(pk=ask_id))
     if ask is None:
         return None
+    if ask.tool == dt.NAME:
+        return "invalid: this ask is a DingTalk form; answer it with dingtalk_form_result"
     return services.ask_answer(ask_id=ask_id, ask=ask, answers=answers, surface="web")
+
+
+@database_sync_to_async
+def _answer_form(username: str, ask_id: str, action, form) -> services.PanelAnswer:
+    return services.dingtalk_panel_answer(username=username, ask_id=ask_id, action=action, form=form)
 
 
 class PanelConsumer(AsyncJsonWebsocketConsumer):
@@ -74,35 +101,61 @@ class PanelConsumer(AsyncJsonWebsocketConsumer):
         await self.receive_json(content, **kwargs)
 
     async def receive_json(self, content, **kwargs):
-        if not isinstance(content, dict) or content.get("type") != "ask_user_questions_result":
-            await self.send_json({"type": "error", "error": "expected {\"type\": \"ask_user_questions_result\", …}"})
+        kind = content.get("type") if isinstance(content, dict) else None
+        if kind not in ("ask_user_questions_result", "dingtalk_form_result"):
+            await self.send_json({"type": "error", "error": "expected {\"type\": \"ask_user_questions_result\" or "
+                                                            "\"dingtalk_form_result\", …}"})
             return
+        ack = "ask_user_questions_ack" if kind == "ask_user_questions_result" else "dingtalk_form_ack"
         request_id = content.get("requestId")
         if not isinstance(request_id, str):
-            await self.send_json({"type": "ask_user_questions_ack", "requestId": request_id, "ok": False, "error": "requestId must be a string"})
+            await self.send_json({"type": ack, "requestId": request_id, "ok": False, "error": "requestId must be a string"})
             return
         try:
             # After requestId, so the refusal is an ack the panel can match to its form.
             jsonlimits.check_text(content, "message")
         except jsonlimits.JSONRefused as exc:
-            await self.send_json({"type": "ask_user_questions_ack", "requestId": request_id, "ok": False,
-                                  "error": f"invalid: {exc}"})
+            await self.send_json({"type": ack, "requestId": request_id, "ok": False, "error": f"invalid: {exc}"})
+            return
+        if kind == "dingtalk_form_result":
+            await self._receive_form(request_id, content)
             return
         outcome = await _answer(self.username, request_id, content.get("answers"))
         if outcome is None:
             # Not this user's ask (or no such ask): same answer either way, nothing changes.
-            await self.send_json({"type": "ask_user_questions_ack", "requestId": request_id, "ok": False, "error": "not_found"})
+            await self.send_json({"type": ack, "requestId": request_id, "ok": False, "error": "not_found"})
             return
-        reply = {"type": "ask_user_questions_ack", "requestId": request_id, "ok": outcome.accepted}
+        if isinstance(outcome, str):
+            await self.send_json({"type": ack, "requestId": request_id, "ok": False, "error": outcome})
+            return
+        reply = {"type": ack, "requestId": request_id, "ok": outcome.accepted}
         if not outcome.accepted:
             reply["error"] = outcome.error
         await self.send_json(reply)
 
+    async def _receive_form(self, request_id: str, content: dict) -> None:
+        """``{"type": "dingtalk_form_result", "requestId", "action": "submit" | "cancel", "form":
+        {field name: value}}`` (the card's value shapes) → ``dingtalk_form_ack`` ``{requestId, ok,
+        [error, field], [status, surface, answers]}`` (the panel user's response as recorded)."""
+        outcome = await _answer_form(self.username, request_id, content.get("action", "submit"), content.get("form"))
+        reply = {"type": "dingtalk_form_ack", "requestId": request_id, "ok": outcome.ok}
+        if not outcome.ok:
+            reply["error"] = outcome.error
+            if outcome.field:
+                reply["field"] = outcome.field
+        if outcome.respondent is not None and outcome.ask is not None:
+            reply.update(web.respondent_state(outcome.ask, outcome.respondent))
+        await self.send_json(reply)
+
     # Channel-layer handlers. The group is this user's own, so its messages are theirs to see.
     async def panel_show(self, event):
-        ask = await _ask_for(self.username, event["ask_id"])  # re-read: it may have closed meanwhile
-        if ask is not None and ask.status == Ask.Status.PENDING:
-            await self.send_json(web.ask_message(ask))
+        message = await _show(self.username, event["ask_id"])
+        if message is not None:
+            await self.send_json(message)
 
     async def panel_withdraw(self, event):
         await self.send_json(event["message"])
+        if "ask_id" in event:
+            item = await _history_item(self.username, event["ask_id"])
+            if item is not None:
+                await self.send_json({"type": "history_add", "ask": item})

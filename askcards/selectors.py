@@ -18,6 +18,7 @@ from rest_framework import serializers
 from . import crypto, tools
 from .errors import BotSecretsUnreadable, NotFound, Unauthenticated
 from .models import Agent, Ask, AskEvent, Bot, CardMessage, OutboxEvent, PanelPresence, Respondent, Session
+from .tools.dingtalk_ask_user_question.schema import NAME as DINGTALK_TOOL
 
 
 def unique_row(queryset: QuerySet) -> Any:
@@ -399,3 +400,77 @@ def metrics_outbox(now: datetime) -> dict[str, Any]:
 def metrics_panel_sockets(since: datetime) -> int:
     """Connected panel sockets of every process: presence rows refreshed since ``since``."""
     return PanelPresence.objects.filter(last_seen__gte=since).count()
+
+
+# ------------------------------------------------------------------------------------ web panel
+# What a signed-in person's panel shows (SPEC §6.3): the asks of the sessions that name them as
+# web_user, of agents an operator granted them (a revoked grant hides the agent's asks at once).
+
+PANEL_HISTORY_SIZE = 10  # closed asks a panel lists under "最近回答"
+
+
+def panel_asks(username: str) -> QuerySet[Ask]:
+    username_field = get_user_model().USERNAME_FIELD
+    return Ask.objects.filter(session__web_user=username, **{f"agent__web_users__{username_field}": username})
+
+
+def panel_identity(session: Session) -> str:
+    """Who the session's web user is on its platform, case-folded: the person the session talks
+    to (its ``user_id``; the web username when it has none, as ``tool_call`` picks an owner)."""
+    return (session.user_id or session.web_user).casefold()
+
+
+def panel_respondent(ask: Ask) -> Respondent | None:
+    """The panel user's own row of a DingTalk form ask (read from ``ask.respondents``, prefetched
+    by the panel's queries), or None when they are not one of its respondents."""
+    identity = panel_identity(ask.session)
+    return next((row for row in ask.respondents.all() if row.respondent_key == identity), None)
+
+
+def panel_answerable(ask: Ask) -> bool:
+    """Whether the panel may answer this ask at all: it was put on the panel, and a DingTalk form
+    only for the panel user's own respondent row (targeted collections: if they are a target)."""
+    if "web" not in ask.surfaces:
+        return False
+    return ask.tool != DINGTALK_TOOL or panel_respondent(ask) is not None
+
+
+def _panel_rows(queryset: QuerySet[Ask]) -> QuerySet[Ask]:
+    return queryset.select_related("session", "agent").prefetch_related("respondents")
+
+
+def panel_ask(*, username: str, ask_id: str) -> Ask | None:
+    """One ask this user's panel may see, with its session, agent and respondents; None otherwise."""
+    return unique_row(_panel_rows(panel_asks(username).filter(pk=ask_id)))
+
+
+def panel_asks_by_id(*, username: str, ask_ids: list[str]) -> list[Ask]:
+    """The asks among ``ask_ids`` this user's panel may see, oldest first (one query and its prefetch)."""
+    return list(_panel_rows(panel_asks(username).filter(pk__in=ask_ids)).order_by("created_at", "id"))
+
+
+def panel_pending(username: str) -> list[Ask]:
+    """The asks waiting for this user's answer on the panel, oldest first (a DingTalk collection
+    they already responded to waits for others, not for them)."""
+    asks = _panel_rows(panel_asks(username).filter(status=Ask.Status.PENDING)).order_by("created_at", "id")
+    waiting = []
+    for ask in asks:
+        if not panel_answerable(ask):
+            continue
+        row = panel_respondent(ask) if ask.tool == DINGTALK_TOOL else None
+        if row is None or row.status == Respondent.Status.PENDING:
+            waiting.append(ask)
+    return waiting
+
+
+def panel_history(username: str, *, limit: int = PANEL_HISTORY_SIZE) -> list[Ask]:
+    """The user's most recently closed asks, newest first: every ended ask of their sessions but
+    those that never reached anyone (failed), and DingTalk forms only where they were a respondent."""
+    closed = (
+        panel_asks(username)
+        .exclude(status__in=(*Ask.OPEN, Ask.Status.FAILED))
+        .order_by("-closed_at", "-id")
+    )
+    # A few more rows than shown: collections they were not asked in are skipped.
+    rows = [ask for ask in _panel_rows(closed)[: limit * 3] if ask.tool != DINGTALK_TOOL or panel_respondent(ask)]
+    return rows[:limit]

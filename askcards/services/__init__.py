@@ -4,7 +4,7 @@
 - ``tool_calls`` — one pipeline for every tool: validate → reserve → deliver → activate.
 - ``sessions`` — upsert, grants, inbound messages, an agent's restart, callback receipts.
 - ``feishu_progress`` — the Feishu progress card's runs and its cancel button.
-- ``dingtalk`` — the DingTalk tool's list/cancel actions and clicks on its cards.
+- ``dingtalk`` — the DingTalk tool's list/cancel actions and clicks on its cards (and on the panel).
 - ``agents`` — agents, keys, grants, their event feed, and the platform bots.
 
 Entry points import ``askcards.services`` and call the names below; the modules import one
@@ -43,7 +43,7 @@ from .asks import (
     expire_due,
     purge_answers,
 )
-from .dingtalk import DINGTALK_SURFACE, ClickResult, dingtalk_callback, dingtalk_click
+from .dingtalk import DINGTALK_SURFACE, ClickResult, PanelAnswer, dingtalk_callback, dingtalk_click, dingtalk_panel_answer
 from .feishu_progress import card_delivery_failed, card_touch, progress_put, session_cancel_request
 from .sessions import (
     CALLBACK_RECEIPT_TTL,
@@ -63,10 +63,10 @@ __all__ = [
     "BOT_BASE_URLS", "CALLBACK_RECEIPT_TTL", "DEFAULT_TIMEOUT_SECONDS", "DINGTALK_SURFACE", "MAX_TIMEOUT_SECONDS",
     "SYSTEM", "AnswerOutcome", "ClickResult", "ToolCallOutcome", "agent_create", "agent_grant", "agent_grants_set",
     "agent_recover", "agent_revoke", "agent_rotate_key", "agent_webhook_url_check", "ask_activate", "ask_answer",
-    "ask_cancel", "ask_click_rejected", "ask_expire", "ask_invalidate", "ask_result_returned", "ask_result_undeliverable", "bot_add",
-    "bot_get", "bot_remove", "bot_test", "bot_update", "bot_warnings", "BotCheck", "BotRemoval",
-    "callback_receipt", "callback_receipts_purge", "card_delivery_failed", "card_touch", "dingtalk_callback",
-    "dingtalk_click",
+    "ask_cancel", "ask_click_rejected", "ask_expire", "ask_invalidate", "ask_result_returned",
+    "ask_result_undeliverable", "bot_add", "bot_get", "bot_remove", "bot_test", "bot_update", "bot_warnings",
+    "BotCheck", "BotRemoval", "callback_receipt", "callback_receipts_purge", "card_delivery_failed", "card_touch",
+    "dingtalk_callback", "dingtalk_click", "dingtalk_panel_answer", "PanelAnswer",
     "events_acknowledge", "events_retry", "expire_due", "infer_platform", "progress_put", "purge_answers",
     "session_bot", "session_cancel_request", "session_check_web_user", "session_message", "session_recover",
     "session_upsert", "tool_call",

@@ -14,7 +14,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from askcards import outbox, surfaces
+from askcards import jsonlimits, outbox, selectors, surfaces
 from askcards.models import Agent, Ask, AskEvent, Bot, OutboxEvent, Respondent, Session
 from askcards.surfaces.dingtalk import surface as dingtalk_surface
 from askcards.surfaces.dingtalk.callbacks import CardCallback, ReplayedCallback
@@ -28,6 +28,7 @@ from .tool_calls import ToolCallOutcome, action
 logger = logging.getLogger(__name__)
 
 DINGTALK_SURFACE = "dingtalk"  # the surface name in audit rows and Respondent.surface
+WEB_SURFACE = "web"
 
 
 def _text(details: dict[str, Any]) -> str:
@@ -111,8 +112,11 @@ class ClickResult:
     respondent: Respondent | None = None
 
 
-def dingtalk_click(*, ask: Ask, user_id: str, action: str, form: dict[str, Any]) -> ClickResult:
-    """A submit or cancel on an ask's DingTalk card (``action``: ``submit`` | ``cancel``).
+def dingtalk_click(
+    *, ask: Ask, user_id: str, action: str, form: dict[str, Any], surface: str = DINGTALK_SURFACE
+) -> ClickResult:
+    """A submit or cancel on an ask's DingTalk card (``action``: ``submit`` | ``cancel``), or the
+    same on the web panel (``surface="web"``, after ``dingtalk_panel_answer``'s checks).
 
     Ordinary cards: only the asker may answer; the first submit, empty submit or cancel ends the
     ask (one conditional UPDATE, racing new messages, the deadline and cancels cleanly). Targeted
@@ -133,7 +137,7 @@ def dingtalk_click(*, ask: Ask, user_id: str, action: str, form: dict[str, Any])
             refused = "not_owner"
         else:
             refused = "not_respondent"
-        audit_ignored(ask, "not_respondent", actor, DINGTALK_SURFACE)
+        audit_ignored(ask, "not_respondent", actor, surface)
         return ClickResult("rejected", ask, refused)
 
     problem = dingtalk_tool.submission_problem(ask.fields or [], form) if action == "submit" else ""
@@ -142,7 +146,7 @@ def dingtalk_click(*, ask: Ask, user_id: str, action: str, form: dict[str, Any])
         # for a real answer. A closed ask or a respondent who already responded is answered as
         # such below, whatever was sent.
         logger.warning("dingtalk submit for ask %s refused: %s", ask.id, problem)
-        audit_ignored(ask, "invalid", actor, DINGTALK_SURFACE)
+        audit_ignored(ask, "invalid", actor, surface)
         return ClickResult("rejected", ask, "invalid")
 
     answers: dict[str, Any] | None
@@ -160,16 +164,16 @@ def dingtalk_click(*, ask: Ask, user_id: str, action: str, form: dict[str, Any])
         if ask.is_open and ask.deadline <= timezone.now():
             # Past its deadline before the sweep got to it: the deadline wins, as it would have.
             ask_expire(ask=ask)
-            audit_ignored(ask, f"late/{row_status}", actor, DINGTALK_SURFACE)
+            audit_ignored(ask, f"late/{row_status}", actor, surface)
             ask.refresh_from_db()
             return ClickResult("rejected", ask, "closed")
         reasons = {Respondent.Status.CANCELLED: Ask.Reason.BY_RESPONDENT, Respondent.Status.EMPTY: Ask.Reason.EMPTY}
         reason = reasons.get(row_status, Ask.Reason.SUBMITTED)
         status = Ask.Status.CANCELLED if action == "cancel" else Ask.Status.ANSWERED
-        won = close(ask, (Ask.Status.PENDING,), status, reason, actor, surface=DINGTALK_SURFACE,
+        won = close(ask, (Ask.Status.PENDING,), status, reason, actor, surface=surface,
                      respondent=(clicker.respondent_key, row_status, answers),
                      result=_click_result(ask, status, reason, clicker, row_status, answers))
-        return _click_outcome(ask, clicker, row_status, answers, won)
+        return _click_outcome(ask, clicker, row_status, answers, won, surface)
 
     now = timezone.now()
     with transaction.atomic():
@@ -181,10 +185,10 @@ def dingtalk_click(*, ask: Ask, user_id: str, action: str, form: dict[str, Any])
             .values_list("pk", flat=True)
         )
         recorded = open_now and Respondent.objects.filter(pk=clicker.pk, status=Respondent.Status.PENDING).update(
-            status=row_status, answers=answers, answered_at=now, surface=DINGTALK_SURFACE
+            status=row_status, answers=answers, answered_at=now, surface=surface
         )
         if recorded:
-            audit(ask, AskEvent.Kind.RESPONDED, Ask.Status.PENDING, Ask.Status.PENDING, actor, DINGTALK_SURFACE,
+            audit(ask, AskEvent.Kind.RESPONDED, Ask.Status.PENDING, Ask.Status.PENDING, actor, surface,
                    {"respondent_status": row_status})
             counts = Respondent.objects.filter(ask_id=ask.pk)
             total, waiting = counts.count(), counts.filter(status=Respondent.Status.PENDING).count()
@@ -193,13 +197,13 @@ def dingtalk_click(*, ask: Ask, user_id: str, action: str, form: dict[str, Any])
                 data={"received": total - waiting, "total": total},
             )
             if waiting == 0:
-                close(ask, (Ask.Status.PENDING,), Ask.Status.ANSWERED, Ask.Reason.COMPLETED, actor, surface=DINGTALK_SURFACE)
+                close(ask, (Ask.Status.PENDING,), Ask.Status.ANSWERED, Ask.Reason.COMPLETED, actor, surface=surface)
             else:
                 # The collection's progress (k/N) is marked with the response it shows, in this
                 # transaction, as every transition's is; the surfaces show it after commit.
                 surfaces.mark_changed(ask)
                 transaction.on_commit(partial(after_change, ask, "show"))
-    return _click_outcome(ask, clicker, row_status, answers, bool(recorded))
+    return _click_outcome(ask, clicker, row_status, answers, bool(recorded), surface)
 
 
 def _click_result(
@@ -215,7 +219,7 @@ def _click_result(
 
 
 def _click_outcome(
-    ask: Ask, clicker: Respondent, row_status: str, answers: dict[str, Any] | None, won: bool
+    ask: Ask, clicker: Respondent, row_status: str, answers: dict[str, Any] | None, won: bool, surface: str
 ) -> ClickResult:
     """The reply to a click. A lost ordinary click was already audited by ``close``; a refused
     targeted one is audited here (one audit row per ignored click either way)."""
@@ -228,11 +232,70 @@ def _click_outcome(
     if row.status == row_status and (row_status == Respondent.Status.CANCELLED or row.answers == answers):
         # The same response again (a double click, a platform re-delivery): same reply, no change.
         if targeted:
-            audit_ignored(ask, f"duplicate/{row_status}", actor, DINGTALK_SURFACE)
+            audit_ignored(ask, f"duplicate/{row_status}", actor, surface)
         return ClickResult("duplicate", ask, "", row)
     if targeted:
         responded = row.status not in (Respondent.Status.PENDING, Respondent.Status.MISSING)
-        audit_ignored(ask, f"{'again' if responded else 'closed'}/{row_status}", actor, DINGTALK_SURFACE)
+        audit_ignored(ask, f"{'again' if responded else 'closed'}/{row_status}", actor, surface)
         if responded:
             return ClickResult("rejected", ask, "already", row)
     return ClickResult("rejected", ask, "closed")
+
+
+@dataclass
+class PanelAnswer:
+    """What a DingTalk form answered on the web panel did. ``error`` (when not ``ok``):
+    ``not_found`` (not an ask this panel may answer) | ``not_respondent`` | ``not_pending`` |
+    ``already`` (they responded before) | ``invalid: <what the person reads>``, with ``field``
+    naming the field it is about."""
+
+    ok: bool
+    ask: Ask | None
+    error: str = ""
+    field: str = ""
+    respondent: Respondent | None = None
+
+
+def dingtalk_panel_answer(*, username: str, ask_id: str, action: str, form: Any) -> PanelAnswer:
+    """``username``'s web panel submits (or cancels) a DingTalk form ask, as the card would.
+
+    The panel answers only for its signed-in user: the respondent whose id is the session's user
+    (``selectors.panel_identity``) — on an ordinary card the asker, in a targeted collection only
+    if they are one of its targets. The form is checked by the tool (``check_form``: what the
+    card's form would refuse is refused, nothing changes); then it is the card's click
+    (``dingtalk_click``): the first answer wins across card and panel, a collection closes when
+    its last respondent responds.
+    """
+    ask = selectors.panel_ask(username=username, ask_id=ask_id)
+    if ask is None or ask.tool != dingtalk_tool.NAME or "web" not in ask.surfaces:
+        return PanelAnswer(False, None, "not_found")
+    if action not in ("submit", "cancel"):
+        return PanelAnswer(False, ask, "invalid: 未知的操作，应为提交或取消。")
+    row = selectors.panel_respondent(ask)
+    actor = f"respondent:{selectors.panel_identity(ask.session)}"
+    if row is None:
+        audit_ignored(ask, "not_respondent", actor, WEB_SURFACE)
+        return PanelAnswer(False, ask, "not_respondent")
+    checked: dict[str, Any] = {}
+    if action == "submit":
+        try:
+            checked = dingtalk_tool.TOOL.check_form(ask.fields or [], form)
+            jsonlimits.check_text(checked, "form")
+        except dingtalk_tool.FormRefused as exc:
+            # As on the card: a closed ask, or a respondent who already responded, is told so
+            # whatever was sent.
+            if ask.status != Ask.Status.PENDING:
+                audit_ignored(ask, "closed/invalid", actor, WEB_SURFACE)
+                return PanelAnswer(False, ask, "not_pending")
+            if row.status != Respondent.Status.PENDING:
+                audit_ignored(ask, "again/invalid", actor, WEB_SURFACE)
+                return PanelAnswer(False, ask, "already", respondent=row)
+            audit_ignored(ask, "invalid", actor, WEB_SURFACE)
+            return PanelAnswer(False, ask, f"invalid: {exc}", exc.field)
+        except ValueError as exc:  # JSONRefused: text the database would refuse
+            return PanelAnswer(False, ask, f"invalid: {exc}")
+    click = dingtalk_click(ask=ask, user_id=row.respondent_id, action=action, form=checked, surface=WEB_SURFACE)
+    if click.kind in ("recorded", "duplicate"):
+        return PanelAnswer(True, click.ask, respondent=click.respondent)
+    return PanelAnswer(False, click.ask, "already" if click.reason == "already" else "not_pending",
+                       respondent=click.respondent)

@@ -4,7 +4,7 @@ Each surface subclasses ``base.Surface`` (web panel, Feishu card, DingTalk card)
 what the platform clients share, ``sync`` the card-sync bookkeeping. The lifecycle core calls the
 functions below, which call one hook on every surface concerned:
 
-- ``reachable_surfaces`` — which surfaces can show a new ask (none: ``no_surface``);
+- ``reachable_surfaces`` — which surfaces can show a new ask (none: ``no_surface``), companions included;
 - ``mark_changed`` — inside an activation's or terminal transition's transaction;
 - ``run_hook("show" | "withdraw")`` — after that transaction commits;
 - ``sync_due`` — the worker's card-sync lane;
@@ -47,7 +47,12 @@ def all_surfaces() -> tuple[Surface, ...]:
 
 
 def reachable_surfaces(session: Session, tool: str) -> list[Surface]:
-    return [surface for surface in all_surfaces() if surface.reachable(session, tool)]
+    """The surfaces that can show a new ask, in settings order: those that reach the person now,
+    and, when there is one, those that accompany it (``Surface.accompanies``)."""
+    reached = [surface for surface in all_surfaces() if surface.reachable(session, tool)]
+    if not reached:
+        return []
+    return [surface for surface in all_surfaces() if surface in reached or surface.accompanies(session, tool)]
 
 
 def by_name(names: list[str]) -> list[Surface]:

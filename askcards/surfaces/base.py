@@ -42,6 +42,11 @@ class Surface:
         ``no_surface``; must be correct across processes (read the database or Redis)."""
         return False
 
+    def accompanies(self, session: Session, tool: str) -> bool:
+        """Does this surface also show this tool's ask whenever another surface reaches the person
+        (never alone: it does not decide ``no_surface``)?"""
+        return False
+
     def deliver(self, ask: Ask) -> None:
         """After the ask is reserved and committed, outside any transaction and before activation:
         for platforms that must create a message synchronously (DingTalk ``createAndDeliver``).

@@ -13,8 +13,9 @@ from typing import Any
 
 from django.utils import timezone
 
-from askcards import events
-from askcards.models import Ask, PanelPresence, Session
+from askcards import events, selectors
+from askcards.models import Ask, PanelPresence, Respondent, Session
+from askcards.tools import dingtalk_ask_user_question as dt
 
 from .base import Surface, SyncReport
 
@@ -49,29 +50,129 @@ def presence_purge_stale() -> int:
 
 MAX_KNOWN = 50  # asks a reconnecting panel may ask about (it lists those it still shows as open)
 
+PLATFORM_NAMES = {"feishu": "飞书", "dingtalk": "钉钉", "wechat": "微信", "web": "网页"}
+
+
+def session_label(session: Session) -> str:
+    """The session as a person recognises it: where it happens and with whom (its user's name in a
+    private chat), else its key — never the ``s_…`` id."""
+    platform = PLATFORM_NAMES.get(session.platform, session.platform)
+    if session.platform == Session.Platform.WEB:
+        return f"{platform}会话：{session.key}"
+    if session.chat_type == Session.ChatType.GROUP:
+        return f"{platform}群聊：{session.key}"
+    return f"{platform}私聊：{session.user_name or session.user_id or session.key}"
+
+
+def _who(ask: Ask) -> dict[str, str]:
+    return {"sessionId": ask.session_id, "agent": ask.agent.name, "session": session_label(ask.session)}
+
 
 def ask_message(ask: Ask) -> dict[str, Any]:
-    # ``deadline`` goes beyond SPEC §6.3's fields so the page can say until when it may answer.
+    """An open ask as the panel shows it: ``ask_user_questions`` (SPEC §6.3) or, for the DingTalk
+    tool, ``dingtalk_form`` (its title, description and form fields, answered with the card's
+    value shapes). ``deadline``, ``agent`` and ``session`` go beyond SPEC §6.3's fields so the page
+    can say who asks and until when."""
+    if ask.tool == dt.NAME:
+        return {
+            "type": "dingtalk_form",
+            "requestId": ask.id,
+            **_who(ask),
+            "title": ask.title,
+            "description": ask.description,
+            "fields": ask.fields or [],
+            "targeted": ask.target_type != Ask.Target.NONE,
+            "respondents": len(ask.respondents.all()),
+            "deadline": ask.deadline.isoformat(),
+        }
     return {
         "type": "ask_user_questions",
         "requestId": ask.id,
-        "sessionId": ask.session_id,
+        **_who(ask),
         "questions": ask.questions,
         "deadline": ask.deadline.isoformat(),
     }
+
+
+def respondent_state(ask: Ask, row: Respondent) -> dict[str, Any]:
+    """The panel user's own response as recorded: its status, where it was given, its answers."""
+    return {"status": row.status, "surface": row.surface, "answers": _row_answers(ask, row)}
+
+
+def responded_message(ask: Ask, row: Respondent) -> dict[str, Any]:
+    """The panel user responded to a collection that still waits for others (here or on the card)."""
+    return {"type": "dingtalk_form_responded", "requestId": ask.id, **respondent_state(ask, row)}
 
 
 def cancelled_message(ask: Ask) -> dict[str, str]:
     return {"type": "ask_user_questions_cancelled", "requestId": ask.id, "reason": ask.reason or ask.status}
 
 
+RESPONDED = (Respondent.Status.SUBMITTED, Respondent.Status.EMPTY, Respondent.Status.CANCELLED)
+
+
+def history_item(ask: Ask) -> dict[str, Any]:
+    """A closed ask in the panel's history: who asked, what, how it ended and the panel user's own
+    answers (a collection's other respondents are never shown; purged answers are gone)."""
+    if ask.tool == dt.NAME:
+        title = ask.title
+        row = selectors.panel_respondent(ask)
+    else:
+        title = " · ".join(str(q.get("header") or q.get("question") or "") for q in ask.questions or [])
+        owner = ask.sender_id.casefold()
+        row = next((r for r in ask.respondents.all() if r.respondent_key == owner), None)
+    if row is not None and row.status not in RESPONDED:
+        row = None  # they did not respond (pending, missing)
+    return {
+        "requestId": ask.id,
+        **_who(ask),
+        "title": title,
+        "status": ask.status,
+        "reason": ask.reason,
+        "respondent": row.status if row is not None else "",  # submitted | empty | cancelled | ""
+        "surface": row.surface if row is not None else "",
+        "closedAt": ask.closed_at.isoformat() if ask.closed_at else None,
+        "purged": ask.answers_purged_at is not None,
+        "answers": _row_answers(ask, row) if row is not None else [],
+    }
+
+
+def _row_answers(ask: Ask, row: Respondent) -> list[dict[str, str]]:
+    """One respondent's answers as ``[{question, answer}]`` texts, whatever the tool."""
+    stored = row.answers
+    if ask.tool == dt.NAME:
+        return [dict(item) for item in (stored or {}).get("answers", [])] if isinstance(stored, dict) else []
+    if not isinstance(stored, list):
+        return []
+    headers = {str(q.get("question")): str(q.get("header") or q.get("question")) for q in ask.questions or []}
+    answers = []
+    for item in stored:
+        if not isinstance(item, dict):
+            continue
+        parts = [str(label) for label in item.get("selectedLabels") or []]
+        if item.get("customInput"):
+            parts.append(str(item["customInput"]))
+        question = str(item.get("question") or "")
+        answers.append({"question": headers.get(question, question), "answer": "、".join(parts)})
+    return answers
+
+
 def panel_snapshot(username: str, known: list[str]) -> list[dict[str, Any]]:
-    """What a (re)connecting panel is sent: every pending web ask of the user, oldest first, then
-    how each ask it still shows as open (``known``) ended while it was away."""
-    mine = Ask.objects.filter(session__web_user=username)
-    pending = [ask_message(ask) for ask in mine.filter(status=Ask.Status.PENDING).order_by("created_at", "id") if "web" in ask.surfaces]
-    ended = mine.filter(pk__in=known[:MAX_KNOWN]).exclude(status__in=Ask.OPEN).order_by("created_at", "id")
-    return pending + [cancelled_message(ask) for ask in ended]
+    """What a (re)connecting panel is sent: the user's recent history, then every ask waiting for
+    their answer, oldest first, then how each ask it still shows as open (``known``) ended or was
+    responded to while it was away."""
+    pending = selectors.panel_pending(username)
+    history = [history_item(ask) for ask in selectors.panel_history(username)]
+    messages: list[dict[str, Any]] = [{"type": "history", "asks": history}]
+    messages += [ask_message(ask) for ask in pending]
+    waiting = {ask.id for ask in pending}
+    away = [k for k in known[:MAX_KNOWN] if k not in waiting]
+    for ask in selectors.panel_asks_by_id(username=username, ask_ids=away) if away else []:
+        if not ask.is_open:
+            messages.append(cancelled_message(ask))
+        elif ask.tool == dt.NAME and (row := selectors.panel_respondent(ask)) is not None:
+            messages.append(responded_message(ask, row))
+    return messages
 
 
 class WebSurface(Surface):
@@ -80,6 +181,12 @@ class WebSurface(Surface):
     def reachable(self, session: Session, tool: str) -> bool:
         return tool == "ask_user_questions" and bool(session.web_user) and is_present(session.web_user)
 
+    def accompanies(self, session: Session, tool: str) -> bool:
+        """A DingTalk form is on its card, and also on the panel of the session's web user
+        (granted: tool_call checks it), whether or not a panel is open now: one opened later
+        lists it. The panel never decides ``no_surface`` for it."""
+        return tool == dt.NAME and session.platform == Session.Platform.DINGTALK and bool(session.web_user)
+
     def deliver(self, ask: Ask) -> None:
         """Nothing to create up front: the panel is pushed after activation."""
 
@@ -87,8 +194,9 @@ class WebSurface(Surface):
         self._push(ask, {"type": "panel.show", "ask_id": ask.id})
 
     def withdraw(self, ask: Ask) -> None:
-        # Everything the panel says is in the message, so sockets need no re-read to say it.
-        self._push(ask, {"type": "panel.withdraw", "message": cancelled_message(ask)})
+        # Everything the panel says about the ending is in the message; sockets re-read only the
+        # ask's history entry (the panel user's own answers).
+        self._push(ask, {"type": "panel.withdraw", "ask_id": ask.id, "message": cancelled_message(ask)})
 
     def sync_due(self, now: datetime, report: SyncReport) -> int:
         presence_purge_stale()

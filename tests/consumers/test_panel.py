@@ -36,6 +36,10 @@ async def _panel(user, path="/ws/panel/"):
     )
     connected, _ = await communicator.connect(timeout=5)
     assert connected
+    # Every connect starts with the user's recent history (closed asks), then what is pending.
+    first = await communicator.receive_json_from(timeout=5)
+    assert first["type"] == "history"
+    communicator.history = first["asks"]
     return communicator
 
 
@@ -64,6 +68,8 @@ async def test_connected_panel_receives_new_ask_live(web_surface, agent, web_ses
         "type": "ask_user_questions",
         "requestId": outcome.ask.id,
         "sessionId": web_session.id,
+        "agent": "agent-a",
+        "session": "网页会话：web/alice",
         "questions": outcome.ask.questions,
         "deadline": outcome.ask.deadline.isoformat(),
     }

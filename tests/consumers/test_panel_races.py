@@ -50,11 +50,14 @@ def _deadline_sweep(ask_id: str) -> bool:
 
 
 async def _submit(panel, ask_id: str) -> list[dict]:
-    """Submit from the panel; returns the two things it then hears, in either order: the ack, and
-    (like every panel of the user) the ``ask_user_questions_cancelled`` saying how the ask ended."""
+    """Submit from the panel; returns the three things it then hears, in any order: the ack, and
+    (like every panel of the user) the ``ask_user_questions_cancelled`` saying how the ask ended
+    and the ``history_add`` that lists it among the recent asks."""
     await panel.send_json_to({"type": "ask_user_questions_result", "requestId": ask_id, "answers": answer_for()})
-    heard = [await panel.receive_json_from(timeout=10) for _ in range(2)]
-    assert sorted(message["type"] for message in heard) == ["ask_user_questions_ack", "ask_user_questions_cancelled"]
+    heard = [await panel.receive_json_from(timeout=10) for _ in range(3)]
+    assert sorted(message["type"] for message in heard) == [
+        "ask_user_questions_ack", "ask_user_questions_cancelled", "history_add"
+    ]
     return heard
 
 
@@ -94,6 +97,10 @@ async def _race_rounds(agent, session, users, rival_name, rival, rival_reason): 
             assert {"type": "ask_user_questions_cancelled", "requestId": ask_id, "reason": rival_reason} in heard
             assert told == {"type": "ask_user_questions_cancelled", "requestId": ask_id, "reason": rival_reason}
             winners.append(rival_name)
+        history = await two.receive_json_from(timeout=5)
+        assert history["type"] == "history_add" and history["ask"]["requestId"] == ask_id
+        assert history["ask"]["answers"] == ([{"question": "Database", "answer": "PostgreSQL"}] if ack["ok"] else [])
+        assert history in heard
         assert await two.receive_nothing(timeout=0.05)  # told once
     await one.disconnect()
     await two.disconnect()

@@ -204,3 +204,15 @@ def test_selected_text_joins_answers_in_field_order():
     fields = [field("TEXT", "a", "甲"), field("CHECKBOX_GROUP", "b", "乙", MEALS)]
 
     assert read_submission(fields, {"b": "b", "a": "文本"}).selected_text == "文本, 餐品乙"
+
+
+# -- a submitted value that only looks like the default ----------------------------------------
+
+
+def test_a_forged_value_equal_to_the_default_only_in_python_is_not_the_default():
+    from askcards.tools.dingtalk_ask_user_question.request import submission_problem
+
+    switch = [{"name": "spicy", "label": "要辣", "type": "SWITCH", "defaultValue": True}]
+    # 1 == True in Python, but the card sends JSON booleans: 1 is a wrong type, not the default.
+    assert submission_problem(switch, {"spicy": 1}) == "field 'spicy' (SWITCH): expected true or false"
+    assert submission_problem(switch, {"spicy": True}) == ""

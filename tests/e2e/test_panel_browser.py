@@ -4,6 +4,11 @@ A person signs in, sees an ask pushed live, is stopped by the Feishu rule when a
 left blank, sees an ask the agent cancelled say so, answers another, and the agent's long-poll
 (``tools/call`` with ``wait``) returns exactly that answer. A screenshot of the answered panel is
 saved to ``tests/artifacts/panel-answered.png`` (and the filled form to ``panel-question.png``).
+
+A DingTalk form (several field types, defaults, required, a hidden field) of a session naming
+alice as its granted web user is answered in the page, with the card delivered to a fake DingTalk
+server as well; the agent reads the answer as the ask's message, and the page's history keeps it.
+Screenshots: ``panel-dingtalk-form.png`` (filled in, committed) and ``panel-dingtalk-history.png``.
 """
 from __future__ import annotations
 
@@ -165,3 +170,137 @@ def test_person_answers_in_the_browser_and_the_agent_gets_it(service, browser_pa
     page.reload()
     page.locator('#connection[data-state="open"]').wait_for()
     assert page.locator("section.ask").count() == 0
+
+
+# ------------------------------------------------------------------------------ DingTalk forms
+
+DINGTALK_SEED = """
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from askcards import services
+get_user_model().objects.create_user("alice", password="correct horse battery")
+services.bot_add(platform="dingtalk", app_id={app_id!r}, app_secret={secret!r}, base_url={base_url!r},
+                 api_secret="callback-api-secret", callback_mode="stream")
+call_command("askcards_agent", "create", "lunch-bot", "--grant", "alice", "--json")
+"""
+
+LUNCH = [{"value": "rice", "text": "米饭"}, {"value": "noodles", "text": "面条"}, {"value": "dumplings", "text": "饺子"}]
+FORM_FIELDS = [
+    {"name": "code", "label": "代号", "type": "TEXT", "required": True, "placeholder": "例如 DM-1"},
+    {"name": "count", "label": "人数", "type": "NUMBER", "required": True},
+    {"name": "dish", "label": "主食", "type": "SELECT", "options": LUNCH, "defaultValue": {"index": 1, "value": "noodles"}},
+    {"name": "sides", "label": "配菜", "type": "MULTI_CHECKBOX_GROUP", "options": LUNCH},
+    {"name": "drink", "label": "饮料", "type": "CHECKBOX_GROUP", "required": True,
+     "options": [{"value": "tea", "text": "茶"}, {"value": "water", "text": "水"}]},
+    {"name": "day", "label": "日期", "type": "DATE"},
+    {"name": "at", "label": "时间", "type": "TIME"},
+    {"name": "spicy", "label": "要辣", "type": "SWITCH", "defaultValue": True},
+    {"name": "tags", "label": "忌口", "type": "TEXT_ARRAY", "addText": "再加一项"},
+    {"name": "note", "label": "备注", "type": "TEXT_AREA", "defaultValue": "无"},
+    {"name": "trace", "label": "追踪", "type": "TEXT", "hidden": True, "defaultValue": "t-42"},
+]
+
+
+@pytest.fixture
+def dingtalk_service(tmp_path):
+    from tests.fakes.dingtalk import FakeDingTalk
+
+    with FakeDingTalk() as fake:
+        seed_code = DINGTALK_SEED.format(app_id=fake.client_id, secret=fake.client_secret, base_url=fake.base_url)
+        with serving.seeded(tmp_path, seed_code) as (base, seed):
+            yield base, {"Authorization": f"Bearer {seed['key']}"}, fake
+
+
+def _sign_in(page, base):
+    page.goto(f"{base}/panel/")
+    page.get_by_label("用户名").fill("alice")
+    page.get_by_label("密码").fill("correct horse battery")
+    page.get_by_role("button", name="登录").click()
+    page.wait_for_url(f"{base}/panel/")
+    page.locator('#connection[data-state="open"]').wait_for()
+
+
+def test_person_answers_a_dingtalk_form_in_the_browser_and_the_agent_gets_it(dingtalk_service, browser_page):
+    base, headers, fake = dingtalk_service
+    page = browser_page
+    _sign_in(page, base)
+    # The page and its favicon (served from our static files).
+    icon = page.locator('link[rel="icon"]').get_attribute("href")
+    favicon = requests.get(f"{base}{icon}", timeout=10)
+    assert favicon.status_code == 200 and favicon.headers["Content-Type"].startswith("image/svg+xml")
+
+    session = requests.post(f"{base}/api/v1/sessions", headers=headers, timeout=10, json={
+        "key": "dingtalk/dm/staff_a", "platform": "dingtalk", "bot": fake.client_id, "chat_type": "p2p",
+        "user_id": "staff_a", "user_name": "成员甲", "web_user": "alice",
+    })
+    assert session.status_code in (200, 201), session.text
+    called = requests.post(f"{base}/api/v1/tools/call", headers=headers, timeout=10, json={
+        "session": session.json()["id"], "name": "dingtalk_ask_user_question",
+        "arguments": {"title": "午餐登记", "description": "周五团建的午餐", "fields": FORM_FIELDS},
+    }).json()
+    assert called["status"] == "pending", called
+    ask_id = called["ask"]["id"]
+    assert len(fake.cards) == 1  # the card went out as well
+
+    section = page.locator(f'[data-request-id="{ask_id}"]')
+    section.get_by_role("heading", name="午餐登记").wait_for()
+    # Who asks, in words: the agent and the conversation, never the session's s_… id.
+    assert section.get_by_role("heading", level=2).inner_text() == "lunch-bot"
+    meta = section.locator(".meta").inner_text()
+    assert meta.startswith("钉钉私聊：成员甲 · 截止 ") and "s_" not in section.inner_text()
+    assert section.get_by_text("周五团建的午餐").is_visible()
+    # Defaults are filled in; the hidden field is not shown.
+    assert section.get_by_label("主食").evaluate("select => select.selectedOptions[0].text") == "面条"
+    assert section.get_by_role("switch", name="要辣").is_checked()
+    assert section.get_by_label("备注").input_value() == "无"
+    assert section.get_by_text("追踪").count() == 0
+
+    # Required fields are asked for before anything is sent.
+    section.get_by_role("button", name="提交").click()
+    section.get_by_text("请填写「代号」。").wait_for()
+    assert section.get_by_text("请选择「饮料」。").is_visible()
+    assert requests.get(f"{base}/api/v1/asks/{ask_id}", headers=headers, timeout=10).json()["status"] == "pending"
+
+    section.get_by_label("代号").fill("DM-7")
+    section.get_by_label("人数").fill("12")
+    section.get_by_label("主食").select_option(label="饺子")
+    sides = section.get_by_role("group", name="配菜")
+    sides.get_by_role("checkbox", name="米饭").check()
+    sides.get_by_role("checkbox", name="面条").check()
+    section.get_by_role("group", name="饮料", exact=True).get_by_role("radio", name="茶").check()
+    section.get_by_label("日期").fill("2026-12-04")
+    section.get_by_label("时间").fill("12:30")
+    section.get_by_role("switch", name="要辣").uncheck()
+    tags = section.get_by_role("group", name="忌口")
+    tags.get_by_label("忌口 第 1 项").fill("香菜")
+    tags.get_by_role("button", name="再加一项").click()
+    tags.get_by_label("忌口 第 2 项").fill("花生")
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "panel-dingtalk-form.png"), full_page=True)
+    section.get_by_role("button", name="提交").click()
+    section.get_by_text("你已提交。").wait_for()
+    assert section.locator(".summary dt").all_inner_texts()[:3] == ["代号", "人数", "主食"]
+
+    # The agent reads the answer as the message it injects as a new user turn (reference §9).
+    ask = requests.get(f"{base}/api/v1/asks/{ask_id}", headers=headers, timeout=10).json()
+    assert (ask["status"], ask["reason"]) == ("answered", "submitted")
+    assert [r["surface"] for r in ask["respondents"]] == ["web"]
+    message = ask["result"]["message"]
+    assert message.startswith("用户回答了交互卡片:\n")
+    for line in ("  - 代号: DM-7", "  - 人数: 12", "  - 主食: 饺子", "  - 配菜: 米饭, 面条", "  - 饮料: 茶",
+                 "  - 日期: 2026-12-04", "  - 时间: 12:30", "  - 要辣: false", "  - 忌口: 香菜, 花生",
+                 "  - 备注: 无", "  - 追踪: t-42"):
+        assert line in message.split("\n"), (line, message)
+    closed = [e for e in requests.get(f"{base}/api/v1/events?after=0", headers=headers, timeout=10).json()["events"]
+              if e["type"] == "ask.closed"]
+    assert [e["data"]["ask"]["result"]["message"] for e in closed] == [message]
+
+    # The history keeps it with the answers; a reload shows it again, and nothing pending.
+    history = page.locator(f'#history-list [data-history-id="{ask_id}"]')
+    history.get_by_text("已回答（网页）").wait_for()
+    page.reload()
+    page.locator('#connection[data-state="open"]').wait_for()
+    assert page.locator("section.ask").count() == 0
+    history.get_by_text("DM-7").wait_for()
+    assert history.get_by_text("lunch-bot · 钉钉私聊：成员甲").is_visible()
+    page.screenshot(path=str(ARTIFACTS / "panel-dingtalk-history.png"), full_page=True)

@@ -31,7 +31,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 ASK_ID = "ASK_ID_HERE"
 REPLY_TIMEOUT = 2
-PUSHES = {"ask_user_questions", "ask_user_questions_cancelled"}  # the panel's own news, not replies
+# The panel's own news, not replies.
+PUSHES = {"ask_user_questions", "ask_user_questions_cancelled", "dingtalk_form", "dingtalk_form_responded",
+          "history", "history_add"}
 
 
 @pytest.fixture
@@ -86,7 +88,7 @@ async def session_with_frames(world, frames) -> list[str]:
                 return problems + [f"{frame!r}: consumer raised {type(exc).__name__}: {str(exc)[:120]}"]
             if "closed" in answer:
                 return problems + [f"{frame!r}: socket closed with {answer['closed']}"]
-            if answer.get("type") not in ("error", "ask_user_questions_ack"):
+            if answer.get("type") not in ("error", "ask_user_questions_ack", "dingtalk_form_ack"):
                 problems.append(f"{frame!r}: answered {str(answer)[:120]}")
         ask = await database_sync_to_async(pending_ask)(world)
         await socket.send_json_to({"type": "ask_user_questions_result", "requestId": ask.id, "answers": answer_for()})
@@ -102,6 +104,11 @@ async def session_with_frames(world, frames) -> list[str]:
         except (Exception, asyncio.CancelledError):
             pass
     return problems
+
+
+def form_message(request_id=ASK_ID, form=None, **extra) -> Text:
+    """A DingTalk form answer naming (here) a question ask: refused without a crash, nothing changes."""
+    return Text(render({"type": "dingtalk_form_result", "requestId": request_id, "form": form, **extra}))
 
 
 def result_message(request_id=ASK_ID, answers=None, **extra) -> Text:
@@ -120,7 +127,9 @@ frames = st.one_of(
     hostile_values.map(lambda value: Text(render(value))),
     st.builds(result_message, request_id=hostile_or(ASK_ID, "q_" + "0" * 32, ""),
               answers=st.lists(answer_items, max_size=2) | hostile_values),
-    st.builds(lambda kind: Text(render({"type": kind})), hostile_or("ask_user_questions_result", "ping", "")),
+    st.builds(lambda kind: Text(render({"type": kind})),
+              hostile_or("ask_user_questions_result", "dingtalk_form_result", "ping", "")),
+    st.builds(form_message, request_id=hostile_or(ASK_ID, ""), form=hostile_values, action=hostile_or("submit", "cancel")),
     st.binary(max_size=50).map(Bytes),
 )
 
@@ -137,6 +146,9 @@ ATTACKS = [
     result_message(request_id="q_\x00"),
     result_message(request_id="\ud800"),
     result_message(answers=[{"selectedLabels": [Raw("NaN")], "customInput": Raw("1e999")}]),
+    form_message(form=Raw(deep())),
+    form_message(form={"x": "\x00"}, action=["submit"]),
+    form_message(request_id=None, form={}),
     Text('"\\ud800"'),
     Text("NaN"),
     Text(""),

@@ -66,6 +66,8 @@ async def test_own_origin_connects_and_gets_asks(web_surface, alice, agent, web_
     outcome = await database_sync_to_async(services.tool_call)(
         agent=agent, session=web_session, name="ask_user_questions", arguments={"questions": QUESTIONS}
     )
+    history = await panel.receive_json_from(timeout=5)  # every connect starts with the recent history
+    assert history == {"type": "history", "asks": []}
     message = await panel.receive_json_from(timeout=5)
     assert (message["type"], message["requestId"]) == ("ask_user_questions", outcome.ask.id)
     await panel.disconnect()

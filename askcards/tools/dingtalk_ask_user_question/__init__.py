@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..base import AskRequest, Closing, Tool
+from .answers import FormRefused, check_form, default_of
 from .request import (
     CancelRequest,
     CreateRequest,
@@ -48,8 +49,8 @@ from .texts import (
 __all__ = [
     "ACTIVATION_LOST_ERROR", "CANCEL_NOT_ALLOWED_ERROR", "COLLECTION_PROMPT", "COLLECTION_STATUS",
     "DEFAULT_TIMEOUT_MINUTES", "DESCRIPTION", "INPUT_SCHEMA", "NAME", "NO_CONTEXT_ERROR", "PENDING_MESSAGE",
-    "TIMEOUT_ERROR", "TOOL", "CancelRequest", "CreateRequest", "DingTalkAskUserQuestion", "ListRequest",
-    "Submission", "answer_message", "as_text", "cancel_details", "collection_message", "collection_result",
+    "TIMEOUT_ERROR", "TOOL", "CancelRequest", "CreateRequest", "DingTalkAskUserQuestion", "FormRefused", "ListRequest",
+    "Submission", "answer_message", "as_text", "cancel_details", "check_form", "default_of", "collection_message", "collection_result",
     "delivery_error", "failed_details", "form_fields_from_fields", "list_details", "parse_request",
     "pending_details", "read_submission", "submission_problem", "tool_result_text",
 ]
@@ -96,6 +97,15 @@ class DingTalkAskUserQuestion(Tool):
 
     def activation_lost_result(self, *, ask_id: str, message_id: str) -> str:
         return tool_result_text(failed_details(ACTIVATION_LOST_ERROR, question_id=ask_id, out_track_id=message_id))
+
+    # ``check_answers`` stays the base's refusal: the seed's answer path (``ask_answer``) never
+    # closes a form card; every answer to it goes through ``dingtalk_click``.
+
+    def check_form(self, form_fields: list[dict[str, Any]], form: Any) -> dict[str, Any]:
+        """A form answered outside DingTalk (the web panel), in the card's value shapes (field
+        name → value). Returns the form to record (``dingtalk_click`` reads it as the card's);
+        FormRefused, what the person reads, when the card's form could not have sent it."""
+        return check_form(form_fields, form)
 
     def close_result(self, closing: Closing) -> dict[str, Any]:
         """The responses, and the ``message`` the agent injects as a new user turn (reference §9)

@@ -7,6 +7,7 @@ so a model gets the reference's error strings, then the published schema for eve
 """
 from __future__ import annotations
 
+import json
 import math
 import unicodedata
 from dataclasses import dataclass
@@ -319,15 +320,27 @@ def submission_problem(form_fields: list[dict[str, Any]], form: dict[str, Any]) 
     ``defaultValue`` is always accepted. The text names the field, never the value."""
     for field in form_fields:
         raw = form.get(field["name"])
-        if raw is None or raw == "" or raw == field.get("defaultValue", field.get("defautValue")):
+        if raw is None or raw == "" or is_default(field, raw):
             continue
-        problem = _value_problem(field, raw)
+        problem = value_problem(field, raw)
         if problem:
             return f"field {field['name']!r} ({field['type']}): {problem}"
     return ""
 
 
-def _value_problem(field: dict[str, Any], raw: Any) -> str:
+def is_default(field: dict[str, Any], raw: Any) -> bool:
+    """``raw`` is exactly the field's default, as JSON (``1`` is not the default ``true``)."""
+    default = field.get("defaultValue", field.get("defautValue"))
+    if default is None:
+        return False
+    return dumps_sorted(raw) == dumps_sorted(default)
+
+
+def dumps_sorted(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+def value_problem(field: dict[str, Any], raw: Any) -> str:
     kind = field["type"]
     if kind in ("CHECKBOX", "SWITCH"):
         return "" if isinstance(raw, bool) else "expected true or false"
