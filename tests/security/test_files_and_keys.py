@@ -21,11 +21,13 @@ from askcards import checks, services
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
-# Everything slow is imported before the agreed start time, so the processes reach the key together.
+# Everything slow is imported first; then each process says so and waits for the word to go, so
+# the processes reach the key together (released within microseconds of one another).
 PRINT_KEY = r"""
-import sys, time
+import sys
 import django, django.conf, dj_database_url, cryptography.fernet
-time.sleep(max(0.0, float(sys.argv[1]) - time.time()))
+print("ready", file=sys.stderr, flush=True)
+sys.stdin.readline()
 django.setup()
 from django.conf import settings
 print(repr(settings.SECRET_KEY))
@@ -49,14 +51,18 @@ def _mode(path: Path) -> int:
 @pytest.mark.parametrize("round_", range(3))
 def test_processes_starting_together_share_one_whole_key(tmp_path, round_):
     data_dir = tmp_path / "data"
-    start_at = str(time.time() + 3)
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", PRINT_KEY, start_at], cwd=ROOT, env=_env(data_dir),
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            [sys.executable, "-c", PRINT_KEY], cwd=ROOT, env=_env(data_dir),
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
         for _ in range(4)
     ]
+    for proc in procs:  # each has imported everything slow (bounded: a dead process gives "")
+        assert proc.stderr.readline().strip() == "ready"
+    for proc in procs:
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
     outputs = [proc.communicate(timeout=60) for proc in procs]
     assert [proc.returncode for proc in procs] == [0] * 4, [err[-500:] for _, err in outputs]
     keys = {out.strip() for out, _ in outputs}
