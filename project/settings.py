@@ -95,6 +95,9 @@ SECRET_KEY_FROM_ENV = bool(os.environ.get("ASKCARDS_SECRET_KEY"))
 
 ALLOWED_HOSTS = [h.strip() for h in os.environ.get("ALLOWED_HOSTS", "*" if DEBUG else "").split(",") if h.strip()]
 ASKCARDS_PUBLIC_URL = os.environ.get("ASKCARDS_PUBLIC_URL", "").rstrip("/")
+# `manage.py serve`'s port when none is given, and the local URL commands print while no public
+# URL is set (the MCP URL): `PORT`, as most hosts and quickstarts name it.
+ASKCARDS_PORT = os.environ.get("PORT", "").strip() or "8000"
 if not ALLOWED_HOSTS:
     # Local use works out of the box; a public deployment names its host via ASKCARDS_PUBLIC_URL.
     ALLOWED_HOSTS = ["127.0.0.1", "localhost", "[::1]"]

@@ -81,6 +81,24 @@ def test_agent_create_duplicate_name_fails_clearly():
         run("askcards_agent", "create", "runner")
 
 
+def test_agent_create_again_says_how_to_get_a_new_key_and_changes_nothing():
+    first = run("askcards_agent", "create", "runner", "--key-only").strip()
+    with pytest.raises(CommandError, match=r"key was shown once.*askcards_agent rotate runner --key-only"):
+        run("askcards_agent", "create", "runner", "--key-only")
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {first}")
+    assert client.get("/api/v1/asks").status_code == 200  # the first key still works
+
+
+def test_key_only_prints_just_a_working_key():
+    key = run("askcards_agent", "create", "runner", "--key-only").strip()
+    rotated = run("askcards_agent", "rotate", "runner", "--key-only").strip()
+    assert key.startswith("ak_") and rotated.startswith("ak_") and "\n" not in rotated and rotated != key
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {rotated}")
+    assert client.get("/api/v1/asks").status_code == 200
+
+
 def test_agent_rotate_invalidates_the_old_key():
     old = run_json("askcards_agent", "create", "runner", "--json")["key"]
     new = run_json("askcards_agent", "rotate", "runner", "--json")["key"]
@@ -170,3 +188,12 @@ def test_bot_secrets_saved_under_another_secret_key_fail_clearly(settings):
         Bot.objects.get(app_id="cli_a1")
     settings.SECRET_KEY = saved_with
     assert Bot.objects.get(app_id="cli_a1").app_secret == APP_SECRET
+
+
+def test_port_sets_serves_default_address_and_the_printed_mcp_url(settings):
+    from askcards.management.commands.serve import Command as Serve
+
+    settings.ASKCARDS_PORT = "8123"  # what PORT=8123 in the environment gives
+    parsed = Serve().create_parser("manage.py", "serve").parse_args([])
+    assert parsed.addrport == "127.0.0.1:8123"
+    assert run_json("askcards_agent", "create", "runner", "--json")["mcp_url"] == "http://127.0.0.1:8123/mcp?session={session}"

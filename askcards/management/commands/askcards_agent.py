@@ -25,10 +25,12 @@ class Command(BaseCommand):
             "--grant", action="append", default=[], metavar="USERNAME",
             help="Let the agent ask this Django user on the web panel (repeatable)",
         )
-        create.add_argument("--json", action="store_true", help='Print {"name","key","webhook_secret"}')
         rotate = sub.add_parser("rotate", help="Replace an agent's key and print the new one")
         rotate.add_argument("name")
-        rotate.add_argument("--json", action="store_true")
+        for parser_ in (create, rotate):
+            output = parser_.add_mutually_exclusive_group()
+            output.add_argument("--json", action="store_true", help='Print {"name","key","webhook_secret","mcp_url"}')
+            output.add_argument("--key-only", action="store_true", help="Print the key alone, e.g. for KEY=$(...)")
         grant = sub.add_parser("grant", help="Let an agent's sessions name a Django user as their web_user")
         grant.add_argument("name")
         grant.add_argument("username")
@@ -43,13 +45,20 @@ class Command(BaseCommand):
         except InvalidInput as exc:
             raise CommandError(exc.message) from None
 
-    def _create(self, *, name: str, webhook_url: str, grant: list[str], json: bool, **_):
+    def _create(self, *, name: str, webhook_url: str, grant: list[str], json: bool, key_only: bool, **_):
+        if Agent.objects.filter(name=name).exists():
+            # Keys are stored hashed and shown once: the way to a usable key again is a new one.
+            raise CommandError(
+                f"an agent named {name!r} already exists; its key was shown once, when it was created. "
+                f"For a new key (the old one stops working): askcards_agent rotate {name}"
+                + (" --key-only" if key_only else " --json" if json else "")
+            )
         agent, key = services.agent_create(name=name, webhook_url=webhook_url, web_users=grant, actor=ACTOR)
-        self._print_key(agent, key, json)
+        self._print_key(agent, key, json, key_only)
 
-    def _rotate(self, *, name: str, json: bool, **_):
+    def _rotate(self, *, name: str, json: bool, key_only: bool, **_):
         agent = self._agent(name)
-        self._print_key(agent, services.agent_rotate_key(agent=agent), json)
+        self._print_key(agent, services.agent_rotate_key(agent=agent), json, key_only)
 
     def _grant(self, *, name: str, username: str, **_):
         agent = self._agent(name)
@@ -74,7 +83,10 @@ class Command(BaseCommand):
             raise CommandError(f"no agent named {name!r} (askcards_agent list shows them)")
         return agent
 
-    def _print_key(self, agent: Agent, key: str, as_json: bool) -> None:
+    def _print_key(self, agent: Agent, key: str, as_json: bool, key_only: bool) -> None:
+        if key_only:
+            self.stdout.write(key)
+            return
         mcp_url = mcp_url_template()
         if as_json:
             payload = {"name": agent.name, "key": key, "webhook_secret": agent.webhook_secret or None, "mcp_url": mcp_url}
@@ -102,5 +114,5 @@ class Command(BaseCommand):
 def mcp_url_template() -> str:
     """Where an MCP client connects: ``ASKCARDS_PUBLIC_URL`` (else the local default) + ``/mcp``;
     ``{session}`` stands for the session's key (more session fields may follow as parameters)."""
-    base = settings.ASKCARDS_PUBLIC_URL or "http://127.0.0.1:8000"
+    base = settings.ASKCARDS_PUBLIC_URL or f"http://127.0.0.1:{settings.ASKCARDS_PORT}"
     return f"{base}/mcp?session={{session}}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from django.conf import settings
 from django.core import checks
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
@@ -23,7 +24,8 @@ class Command(BaseCommand):
     help = "Migrate, then serve HTTP + WebSocket and run the background worker in this one process."
 
     def add_arguments(self, parser):
-        parser.add_argument("addrport", nargs="?", default="127.0.0.1:8000", help="[addr:]port, default 127.0.0.1:8000")
+        parser.add_argument("addrport", nargs="?", default=f"127.0.0.1:{settings.ASKCARDS_PORT}",
+                            help="[addr:]port, default 127.0.0.1:$PORT (PORT unset: 8000)")
         parser.add_argument("--no-migrate", action="store_true", help="Skip applying migrations first")
         parser.add_argument("--no-worker", action="store_true", help="Serve only; run askcards_worker elsewhere")
 
