@@ -22,6 +22,14 @@ SUBMIT_BADGE = "提交"
 # §6.2), so the card does not claim that a restart ends the collection.
 TARGETED_SUFFIX = "\n由 {initiator} 发起；仅指定填写人可提交。结果返回发起会话，{minutes} 分钟后截止；收齐即结束。"
 
+# A targeted respondent's own view of the card after responding, sent to them alone (their answers
+# never reach the shared card): respondent status -> (card_status, question_desc, form_btn_text).
+RESPONDENT_VIEW: dict[str, tuple[str, str, str]] = {
+    "submitted": ("submitted", "你已提交：{selected}。", "已提交"),
+    "empty": ("submitted", "你已提交，未填写任何内容。", "已提交"),
+    "cancelled": ("cancelled", "你已取消填写。", "已取消"),
+}
+
 # terminal reason -> (card_status, question_desc, form_btn_text). Keys are Ask reasons plus the
 # card-only dispatch_failed (the ask's result never reached the agent).
 TERMINAL_CARD: dict[str, tuple[str, str, str]] = {

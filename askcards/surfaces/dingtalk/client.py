@@ -87,13 +87,9 @@ class CallbackRegistration:
     secret_matches: bool | None
 
 
-def card_value(value: Any) -> str:
-    """A card variable as DingTalk wants it: always a string (see ``as_text``)."""
-    return as_text(value)
-
-
 def card_param_map(values: dict[str, Any]) -> dict[str, str]:
-    return {str(key): card_value(value) for key, value in values.items()}
+    """Card variables as DingTalk wants them: always strings (see ``as_text``)."""
+    return {str(key): as_text(value) for key, value in values.items()}
 
 
 def open_space_id(space_kind: str, space_id: str) -> str:

@@ -45,12 +45,6 @@ BATCH = 50
 # A private text variable of the template (README "Connecting DingTalk"): what the clicker alone
 # reads when a click did not count (texts: cards.NOTICES) — the reference gives no feedback at all.
 NOTICE = "user_notice"
-# A targeted respondent's own view of the card after responding (their answers only privately).
-RESPONDENT_VIEW = {
-    Respondent.Status.SUBMITTED: ("submitted", "你已提交：{selected}。", "已提交"),
-    Respondent.Status.EMPTY: ("submitted", "你已提交，未填写任何内容。", "已提交"),
-    Respondent.Status.CANCELLED: ("cancelled", "你已取消填写。", "已取消"),
-}
 
 
 def client_for(bot: Bot, *, max_attempts: int = 1) -> DingTalkClient:
@@ -271,7 +265,7 @@ def callback_response(outcome: Any) -> dict[str, Any]:
     respondent = outcome.respondent
     if ask.target_type != Ask.Target.NONE and outcome.kind in ("recorded", "duplicate") and respondent is not None:
         submission = submission_of(respondent)
-        status, desc, badge = RESPONDENT_VIEW[respondent.status]
+        status, desc, badge = cards.RESPONDENT_VIEW[respondent.status]
         selected = submission.selected_text if submission else ""
         private.update(card_status=status, question_desc=desc.format(selected=selected), form_btn_text=badge)
     reply: dict[str, Any] = {
