@@ -4,7 +4,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -16,6 +16,7 @@ from django.dispatch import receiver
 from rest_framework import serializers
 
 from . import crypto, tools
+from .db.statements import SecondsBetween
 from .errors import BotSecretsUnreadable, NotFound, Unauthenticated
 from .models import Agent, Ask, AskEvent, Bot, CardMessage, OutboxEvent, PanelPresence, Respondent, Session
 from .tools.dingtalk_ask_user_question.schema import NAME as DINGTALK_TOOL
@@ -320,13 +321,8 @@ def metrics_asks() -> list[dict[str, Any]]:
 def metrics_answer_times(bounds: tuple[float, ...]) -> list[dict[str, Any]]:
     """Answered asks by tool: how many took at most each of ``bounds`` seconds from being shown
     (activated) to being answered (``le_<i>``), their ``count`` and the total (``seconds``)."""
-    taken = models.ExpressionWrapper(
-        models.F("closed_at") - Coalesce("activated_at", "created_at"), output_field=models.DurationField()
-    )
-    buckets = {
-        f"le_{index}": models.Count("pk", filter=models.Q(taken__lte=timedelta(seconds=bound)))
-        for index, bound in enumerate(bounds)
-    }
+    taken = SecondsBetween(models.F("closed_at"), Coalesce("activated_at", "created_at"))
+    buckets = {f"le_{index}": models.Count("pk", filter=models.Q(taken__lte=bound)) for index, bound in enumerate(bounds)}
     rows = (
         Ask.objects.filter(status=Ask.Status.ANSWERED, closed_at__isnull=False)
         .order_by()
@@ -334,7 +330,7 @@ def metrics_answer_times(bounds: tuple[float, ...]) -> list[dict[str, Any]]:
         .values("tool")
         .annotate(count=models.Count("pk"), total=models.Sum("taken"), **buckets)
     )
-    return [{**row, "seconds": row["total"].total_seconds() if row["total"] else 0.0} for row in rows]
+    return [{**row, "seconds": row["total"] or 0.0} for row in rows]
 
 
 def metrics_responses() -> list[dict[str, Any]]:
