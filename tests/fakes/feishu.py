@@ -6,7 +6,8 @@ card JSON 2.0 properties for the components it knows, names unique across the ca
 submit button in every form, the 30 KB and 200-element limits, ``update_multi: true`` in both the
 sent card and every PATCH, at most 5 PATCHes per second per message (230020), uuid-idempotent
 sends. Faults can be queued: any HTTP status / code with headers (429 + ``x-ogw-ratelimit-reset``,
-5xx, token codes) and delays longer than a client's timeout.
+5xx, token codes) and delays longer than a client's timeout; or the whole platform can be down for
+a period (``outage``: every request answered 5xx, or held past the client's timeout).
 
     with FakeFeishu() as fake:
         client = FeishuClient(fake.app_id, fake.app_secret, fake.base_url)
@@ -381,6 +382,8 @@ class FakeFeishu:
         self._uuids: dict[str, tuple[str, float]] = {}  # uuid -> (message id, sent at)
         self._patches: dict[str, deque[float]] = {}
         self._faults: list[Fault] = []
+        self._outage: tuple[str, float, float] | None = None  # (mode, until (time.monotonic), hang seconds)
+        self.outage_requests = 0  # requests refused or held by an outage
         self._lock = threading.RLock()
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
@@ -420,6 +423,22 @@ class FakeFeishu:
                 self._faults.append(Fault(status, code, msg, dict(headers or {}), min(delay, MAX_DELAY_SECONDS),
                                           method, path))
 
+    def outage(self, mode: str, seconds: float, *, hang: float = 11.0) -> None:
+        """For the next ``seconds`` (wall time, whatever ``clock`` is), every request fails and takes
+        no effect: ``"5xx"`` answers 503 at once; ``"hang"`` holds the request ``hang`` seconds (past
+        the askcards client's 10 s read timeout) and then drops the connection unanswered."""
+        if mode not in ("5xx", "hang"):
+            raise ValueError(f"outage mode must be '5xx' or 'hang', not {mode!r}")
+        with self._lock:
+            self._outage = (mode, time.monotonic() + seconds, hang)
+
+    def _outage_mode(self) -> tuple[str, float] | None:
+        with self._lock:
+            if self._outage is None or time.monotonic() >= self._outage[1]:
+                return None
+            self.outage_requests += 1
+            return self._outage[0], self._outage[2]
+
     def expire_tokens(self) -> None:
         """Every issued tenant token stops working (the next call gets 99991663)."""
         with self._lock:
@@ -446,6 +465,19 @@ class FakeFeishu:
             parsed = None
         record = Recorded(handler.command, url.path, dict(parse_qsl(url.query)),
                           {key.lower(): value for key, value in handler.headers.items()}, raw, parsed)
+        outage = self._outage_mode()
+        if outage is not None:
+            mode, hang = outage
+            with self._lock:
+                self.requests.append(record)
+            if mode == "hang":
+                time.sleep(hang)
+                record.status = 0
+                handler.close_connection = True
+                return
+            record.status = 503
+            self._respond(handler, 503, {"code": 1, "msg": "service unavailable (outage)"}, {})
+            return
         with self._lock:
             self.requests.append(record)
             fault = next((f for f in self._faults if f.matches(record.method, record.path)), None)

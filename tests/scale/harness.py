@@ -26,11 +26,12 @@ class PgDatabase:
     name: str
     url: str
     env: dict[str, str]
+    port: int = PG_PORT
 
     def connect(self):
         import psycopg
 
-        return psycopg.connect(f"postgresql://postgres@{PG_HOST}:{PG_PORT}/{self.name}", connect_timeout=5)
+        return psycopg.connect(f"postgresql://postgres@{PG_HOST}:{self.port}/{self.name}", connect_timeout=5)
 
     def query(self, sql: str, *params: Any) -> list[tuple]:
         with self.connect() as conn:
@@ -44,7 +45,11 @@ def create_database(data_dir: Path) -> PgDatabase:
     name = f"askcards_race_{secrets.token_hex(6)}"
     with psycopg.connect(ADMIN_DSN, autocommit=True, connect_timeout=5) as conn:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    url = f"postgres://postgres@{PG_HOST}:{PG_PORT}/{name}"
+    return create_env(name, f"postgres://postgres@{PG_HOST}:{PG_PORT}/{name}", data_dir)
+
+
+def create_env(name: str, url: str, data_dir: Path) -> PgDatabase:
+    """The database ``name`` at ``url`` and the environment of the processes that use it."""
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "project.settings",
@@ -171,3 +176,124 @@ class WebhookReceiver:
     def snapshot(self) -> list[ReceivedWebhook]:
         with self.lock:
             return list(self.received)
+
+
+# ------------------------------------------------------------------ private services (fault tests)
+
+def _pg_bin() -> Path | None:
+    """The newest installed PostgreSQL's bin directory (initdb, pg_ctl), if any."""
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"), key=lambda p: int(p.parent.parent.name))
+    return found[-1].parent if found else None
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class PrivateCluster:
+    """A PostgreSQL cluster of the test's own, on a free port, trust auth, that the test may stop
+    and start again (a restart under load). Run as ``postgres`` when this process is root (initdb
+    refuses root). ``remove()`` stops it and deletes its files."""
+
+    root: Path
+    port: int = field(default_factory=_free_port)
+
+    @staticmethod
+    def binaries() -> Path | None:
+        return _pg_bin()
+
+    def _run(self, *command: str, timeout: float = 60) -> None:
+        prefix = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        proc = subprocess.run([*prefix, *command], capture_output=True, text=True, timeout=timeout)
+        assert proc.returncode == 0, f"{' '.join(command[:2])} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+
+    @property
+    def data(self) -> Path:
+        return self.root / "data"
+
+    def init(self) -> PrivateCluster:
+        self.root.mkdir(parents=True, exist_ok=True)
+        if os.geteuid() == 0:
+            import shutil
+
+            shutil.chown(self.root, "postgres", "postgres")
+        bin_dir = _pg_bin()
+        self._run(str(bin_dir / "initdb"), "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8",
+                  "--no-sync", timeout=120)
+        return self
+
+    def start(self) -> None:
+        options = (f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off "
+                   "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200")
+        self._run(str(_pg_bin() / "pg_ctl"), "-D", str(self.data), "-l", str(self.root / "server.log"),
+                  "-o", options, "-w", "-t", "60", "start", timeout=90)
+
+    def stop(self, mode: str = "fast") -> None:
+        self._run(str(_pg_bin() / "pg_ctl"), "-D", str(self.data), "-m", mode, "-w", "-t", "60", "stop", timeout=90)
+
+    def remove(self) -> None:
+        import shutil
+
+        if (self.data / "postmaster.pid").exists():
+            try:
+                self.stop("immediate")
+            except AssertionError:
+                pass
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def database(self, data_dir: Path) -> PgDatabase:
+        """A fresh database in this cluster, with the environment of processes that use it."""
+        import psycopg
+
+        name = f"askcards_fault_{secrets.token_hex(4)}"
+        admin = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+        with psycopg.connect(admin, autocommit=True, connect_timeout=5) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        db = create_env(name, f"postgres://postgres@127.0.0.1:{self.port}/{name}", data_dir)
+        db.port = self.port
+        return db
+
+
+@dataclass
+class PrivateRedis:
+    """A Redis server of the test's own (no persistence: a restart starts empty, as a crashed
+    cache would), killed and started again on the same port by the test."""
+
+    port: int = field(default_factory=_free_port)
+    proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self, timeout: float = 15) -> None:
+        import redis
+
+        self.proc = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--daemonize", "no"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        client = redis.Redis(port=self.port, socket_timeout=1)
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                try:
+                    client.ping()
+                    return
+                except redis.ConnectionError:
+                    assert self.proc.poll() is None and time.monotonic() < deadline, "redis-server did not start"
+                    time.sleep(0.05)
+        finally:
+            client.close()
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+        self.proc = None
