@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import time
 from datetime import datetime, timedelta
@@ -16,6 +17,7 @@ from django.dispatch import receiver
 from rest_framework import serializers
 
 from . import crypto, tools
+from .db import statements
 from .errors import BotSecretsUnreadable, NotFound, Unauthenticated
 from .models import Agent, Ask, AskEvent, Bot, CardMessage, OutboxEvent, PanelPresence, Respondent, Session
 from .tools.dingtalk_ask_user_question.schema import NAME as DINGTALK_TOOL
@@ -309,6 +311,37 @@ def events_after(*, agent: Agent, after: int, limit: int = 100) -> list[OutboxEv
 # What /metrics reports from the database (askcards.metrics): every process answers the same,
 # because the figures are read at scrape time from the rows that hold the truth. Each is one
 # grouped query; none reads an answer or a secret.
+
+
+# Above this many rows (PostgreSQL's estimate) a table's admin list counts at most
+# COUNT_UP_TO rows exactly and estimates beyond.
+EXACT_COUNT_BELOW = 50_000
+COUNT_UP_TO = 1000
+
+
+def changelist_count(queryset: QuerySet[Any]) -> int:
+    """How many rows an admin list holds, without counting a large table row by row.
+
+    SQLite, or a table PostgreSQL estimates below ``EXACT_COUNT_BELOW`` rows: an exact
+    ``COUNT(*)``. Otherwise the rows are counted up to ``COUNT_UP_TO`` (a ``COUNT`` over a
+    ``LIMIT``ed subquery, which stops there); a list that holds fewer is exact, which keeps the
+    admin's "show all" and single-page decisions right (they would render every row of an
+    underestimated list). Beyond that: the table's estimate (``pg_class``) when the list is
+    unfiltered, else the planner's estimate of the filtered query (EXPLAIN, which reads no rows),
+    and never less than what was counted."""
+    estimate = statements.table_row_estimate(queryset.model)
+    if estimate is None or estimate < EXACT_COUNT_BELOW:
+        return queryset.count()
+    # In the list's own order: the index that serves the page serves the count.
+    counted = queryset.values("pk")[:COUNT_UP_TO].count()
+    if counted < COUNT_UP_TO:
+        return counted
+    if queryset.query.where:
+        plan = json.loads(queryset.order_by().values("pk").explain(format="json"))
+        if isinstance(plan, list):  # the driver handed EXPLAIN's document over as text
+            plan = plan[0]
+        estimate = int(plan["Plan"]["Plan Rows"])
+    return max(estimate, counted)
 
 
 def metrics_asks() -> list[dict[str, Any]]:
