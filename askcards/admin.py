@@ -16,7 +16,7 @@ from django.contrib.admin.utils import flatten, flatten_fieldsets, quote, unquot
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db import models
-from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
+from django.db.models import Count, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.response import TemplateResponse
@@ -54,10 +54,12 @@ class EstimatedCountPaginator(Paginator):
 
     @cached_property
     def count(self) -> int:
+        if not isinstance(self.object_list, QuerySet):  # a list handed over by other code
+            return len(self.object_list)
         return selectors.changelist_count(self.object_list)
 
 
-class LargeListMixin:
+class LargeListAdmin(admin.ModelAdmin):
     """For the lists of the tables that grow with use (asks, sessions, audit, outbox): no full
     count (the "N total" link would count every row) and an estimated page count. Each filter
     these lists offer, and their ordering, is served by an index (tests/admin/test_large_lists.py
@@ -177,7 +179,7 @@ def operator_cancel(request: HttpRequest, ask: Ask) -> bool:
 
 
 @admin.register(Ask)
-class AskAdmin(LargeListMixin, admin.ModelAdmin):
+class AskAdmin(LargeListAdmin):
     # Fits a 1,400 px window beside the admin's navigation and the filters: a short id, a clipped
     # title that wraps, the reason with the status, the tool with the platform, compact times.
     # Newest first; the created time is on the ask's page and in the date filter.
@@ -437,7 +439,7 @@ class SessionForm(forms.ModelForm):
 
 
 @admin.register(Session)
-class SessionAdmin(LargeListMixin, admin.ModelAdmin):
+class SessionAdmin(LargeListAdmin):
     """Sessions are created by agents through the API; an operator may only re-point the web panel
     (to a user the agent is granted)."""
 
@@ -786,7 +788,7 @@ class DeliveryStateFilter(admin.SimpleListFilter):
         return queryset
 
 
-class ReadOnlyAdmin(LargeListMixin, admin.ModelAdmin):
+class ReadOnlyAdmin(LargeListAdmin):
     Media = OperatorTimeZoneMedia
 
     def has_add_permission(self, request: HttpRequest) -> bool:

@@ -308,7 +308,7 @@ ASKCARDS_ANSWER_RETENTION_DAYS = envint("ASKCARDS_ANSWER_RETENTION_DAYS", 7)
 ASKCARDS_AUDIT_RETENTION_DAYS = envint("ASKCARDS_AUDIT_RETENTION_DAYS", 90)
 ASKCARDS_EVENT_RETENTION_DAYS = envint("ASKCARDS_EVENT_RETENTION_DAYS", 30)
 # Pruning: ids per DELETE (each its own short transaction), and DELETE windows per housekeeping pass.
-ASKCARDS_PRUNE_BATCH = envint("ASKCARDS_PRUNE_BATCH", 2000, minimum=1, maximum=50_000)
+ASKCARDS_PRUNE_BATCH = envint("ASKCARDS_PRUNE_BATCH", 2000, minimum=1, maximum=10_000)
 ASKCARDS_PRUNE_BATCHES_PER_PASS = envint("ASKCARDS_PRUNE_BATCHES_PER_PASS", 50, minimum=1)
 ASKCARDS_WORKER_TICK_SECONDS = 0.5
 # Webhook POSTs: seconds to establish the connection, and seconds any single read of the response
