@@ -146,6 +146,8 @@ class Session(models.Model):
             models.CheckConstraint(condition=Q(chat_type__in=["p2p", "group"]), name="session_chat_type_valid"),
         ]
         indexes = [
+            # Admin list, newest first (and its date filter).
+            models.Index(fields=["-created_at"], name="session_created_idx"),
             # Panel: pending asks of the sessions a web user sees.
             models.Index(fields=["web_user"], name="session_web_user_idx", condition=~Q(web_user="")),
         ]
@@ -333,6 +335,8 @@ class Ask(models.Model):
             models.Index(fields=["session", "status"], name="ask_session_status_idx"),
             # Agent's ask list, newest first.
             models.Index(fields=["agent", "-created_at"], name="ask_agent_created_idx"),
+            # Admin list filtered by status, or by reason (the filter names its status too), newest first.
+            models.Index(fields=["status", "-created_at"], name="ask_status_created_idx"),
             # Retention purge: delivered results whose answers are still stored.
             models.Index(
                 fields=["result_delivered_at"],
@@ -450,7 +454,11 @@ class AskEvent(models.Model):
 
     class Meta:
         ordering = ["id"]
-        indexes = [models.Index(fields=["ask", "id"], name="ask_event_ask_idx")]
+        indexes = [
+            models.Index(fields=["ask", "id"], name="ask_event_ask_idx"),
+            # Admin audit list filtered by what happened, newest first.
+            models.Index(fields=["kind", "-id"], name="ask_event_kind_idx"),
+        ]
 
     def __str__(self) -> str:
         moved = self.from_status and self.from_status != self.to_status
@@ -493,6 +501,12 @@ class OutboxEvent(models.Model):
                 name="outbox_due_idx",
                 condition=Q(delivered_at__isnull=True, failed_at__isnull=True),
             ),
+            # Admin outbox list: the events given up on (few), newest first.
+            models.Index(
+                fields=["-id"], name="outbox_given_up_idx", condition=Q(delivered_at__isnull=True, failed_at__isnull=False)
+            ),
+            # Admin outbox list filtered by type, newest first.
+            models.Index(fields=["type", "-id"], name="outbox_type_idx"),
         ]
 
     def __str__(self) -> str:

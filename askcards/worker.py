@@ -20,7 +20,7 @@ from . import outbox, services, surfaces
 
 logger = logging.getLogger(__name__)
 
-HOUSEKEEPING_EVERY = timedelta(minutes=1)  # answer purge, callback receipts
+HOUSEKEEPING_EVERY = timedelta(minutes=1)  # answer purge, callback receipts, audit and outbox pruning
 
 
 def settle(report: surfaces.SyncReport) -> None:
@@ -38,6 +38,8 @@ class Worker:
 
     def __init__(self) -> None:
         self._last_housekeeping: datetime | None = None
+        # Where each prune walk resumes on the next pass (services.retention).
+        self._prune_after: dict[str, int | None] = {"audit": None, "outbox": None}
         self.lanes = (self.deadlines, self.deliveries, self.card_sync, self.housekeeping)
 
     # Each lane: one pass, returns the work it found. Connections are closed after every pass.
@@ -62,7 +64,14 @@ class Worker:
         if self._last_housekeeping is not None and now - self._last_housekeeping < HOUSEKEEPING_EVERY:
             return 0
         self._last_housekeeping = now
-        return services.purge_answers(now=now) + services.callback_receipts_purge(now=now)
+        done = services.purge_answers(now=now) + services.callback_receipts_purge(now=now)
+        for kind, prune in (("audit", services.audit_prune), ("outbox", services.outbox_prune)):
+            report = prune(now=now, after=self._prune_after[kind])
+            self._prune_after[kind] = report.resume_after
+            if report.deleted:
+                logger.info("pruned %d %s rows in %d batches", report.deleted, kind, report.batches)
+            done += report.deleted
+        return done
 
     def _pass(self, lane) -> int:
         close_old_connections()

@@ -303,6 +303,13 @@ SPECTACULAR_SETTINGS = {
 
 # askcards
 ASKCARDS_ANSWER_RETENTION_DAYS = envint("ASKCARDS_ANSWER_RETENTION_DAYS", 7)
+# Audit rows of asks closed this many days ago, and outbox events delivered or given up this many
+# days ago, are pruned by the worker (0 keeps them forever). See askcards/services/retention.py.
+ASKCARDS_AUDIT_RETENTION_DAYS = envint("ASKCARDS_AUDIT_RETENTION_DAYS", 90)
+ASKCARDS_EVENT_RETENTION_DAYS = envint("ASKCARDS_EVENT_RETENTION_DAYS", 30)
+# Pruning: ids per DELETE (each its own short transaction), and DELETE windows per housekeeping pass.
+ASKCARDS_PRUNE_BATCH = envint("ASKCARDS_PRUNE_BATCH", 2000, minimum=1, maximum=10_000)
+ASKCARDS_PRUNE_BATCHES_PER_PASS = envint("ASKCARDS_PRUNE_BATCHES_PER_PASS", 50, minimum=1)
 ASKCARDS_WORKER_TICK_SECONDS = 0.5
 # Webhook POSTs: seconds to establish the connection, and seconds any single read of the response
 # (status line and headers; the body is never read) may wait. See askcards/netguard.py.

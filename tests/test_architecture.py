@@ -47,6 +47,7 @@ RULES = [
 # Inside services, the domains import one another downwards only.
 SERVICE_LAYERS = {
     "askcards.services.asks": 0,
+    "askcards.services.retention": 0,
     "askcards.services.feishu_progress": 1,
     "askcards.services.sessions": 2,
     "askcards.services.agents": 2,

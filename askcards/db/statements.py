@@ -198,6 +198,28 @@ def _mark_sql(alias: str) -> str:
     )
 
 
+# ------------------------------------------------------------------------------ row counts
+
+
+def table_row_estimate(model: type[models.Model]) -> int | None:
+    """PostgreSQL's estimate of the rows in ``model``'s table (``pg_class.reltuples``, kept by
+    VACUUM / ANALYZE / autovacuum), read in well under a millisecond at any size; None on another
+    database or when the table was never analysed. For the admin's counts (``selectors.
+    changelist_count``): an exact ``COUNT(*)`` reads the whole table."""
+    connection = _connection_for(model)
+    if connection.vendor != "postgresql":
+        return None
+    with connection.cursor() as cursor:
+        # to_regclass: the table's name as the catalogue knows it (quoted as in a statement).
+        cursor.execute(
+            "SELECT reltuples FROM pg_class WHERE oid = to_regclass(%s)", [quote(connection, model._meta.db_table)]
+        )
+        row = cursor.fetchone()
+    if row is None or row[0] is None or row[0] < 0:
+        return None
+    return int(row[0])
+
+
 # ----------------------------------------------------------------------------- expressions
 
 

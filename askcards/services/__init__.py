@@ -6,6 +6,7 @@
 - ``feishu_progress`` — the Feishu progress card's runs and its cancel button.
 - ``dingtalk`` — the DingTalk tool's list/cancel actions and clicks on its cards (and on the panel).
 - ``agents`` — agents, keys, grants, their event feed, and the platform bots.
+- ``retention`` — batched pruning of old audit rows and delivered outbox events.
 
 Entry points import ``askcards.services`` and call the names below; the modules import one
 another only downwards (``asks`` imports none of them).
@@ -45,6 +46,7 @@ from .asks import (
 )
 from .dingtalk import DINGTALK_SURFACE, ClickResult, PanelAnswer, dingtalk_callback, dingtalk_click, dingtalk_panel_answer
 from .feishu_progress import card_delivery_failed, card_touch, progress_put, session_cancel_request
+from .retention import PruneReport, audit_prune, outbox_prune
 from .sessions import (
     CALLBACK_RECEIPT_TTL,
     agent_recover,
@@ -61,7 +63,7 @@ from .tool_calls import DEFAULT_TIMEOUT_SECONDS, MAX_TIMEOUT_SECONDS, ToolCallOu
 
 __all__ = [
     "BOT_BASE_URLS", "CALLBACK_RECEIPT_TTL", "DEFAULT_TIMEOUT_SECONDS", "DINGTALK_SURFACE", "MAX_TIMEOUT_SECONDS",
-    "SYSTEM", "AnswerOutcome", "ClickResult", "ToolCallOutcome", "agent_create", "agent_grant", "agent_grants_set",
+    "SYSTEM", "AnswerOutcome", "PruneReport", "audit_prune", "outbox_prune", "ClickResult", "ToolCallOutcome", "agent_create", "agent_grant", "agent_grants_set",
     "agent_recover", "agent_revoke", "agent_rotate_key", "agent_webhook_url_check", "ask_activate", "ask_answer",
     "ask_cancel", "ask_click_rejected", "ask_expire", "ask_invalidate", "ask_result_returned",
     "ask_result_undeliverable", "bot_add", "bot_get", "bot_remove", "bot_test", "bot_update", "bot_warnings",

@@ -6,6 +6,7 @@ import shlex
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import IntegrityError, models, transaction
 from django.utils import timezone
 
@@ -184,5 +185,19 @@ CALLBACK_RECEIPT_TTL = timedelta(days=1)
 
 
 def callback_receipts_purge(*, now: datetime | None = None) -> int:
+    """Drop receipts older than ``CALLBACK_RECEIPT_TTL``, oldest first, ``ASKCARDS_PRUNE_BATCH``
+    at a time (over the created_at index), each batch its own short transaction; at most
+    ``ASKCARDS_PRUNE_BATCHES_PER_PASS`` batches a pass. Returns how many were dropped."""
     cutoff = (now or timezone.now()) - CALLBACK_RECEIPT_TTL
-    return CallbackReceipt.objects.filter(created_at__lt=cutoff).delete()[0]
+    dropped = 0
+    for _ in range(settings.ASKCARDS_PRUNE_BATCHES_PER_PASS):
+        ids = list(
+            CallbackReceipt.objects.filter(created_at__lt=cutoff)
+            .order_by("created_at")
+            .values_list("pk", flat=True)[: settings.ASKCARDS_PRUNE_BATCH]
+        )
+        if ids:
+            dropped += CallbackReceipt.objects.filter(pk__in=ids).delete()[0]
+        if len(ids) < settings.ASKCARDS_PRUNE_BATCH:
+            break
+    return dropped

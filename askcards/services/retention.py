@@ -1,0 +1,105 @@
+"""Bounded growth of the append-only tables: audit rows (``AskEvent``) and outbox events are
+pruned in small batches once they are old and safe to drop (callback receipts: see
+``sessions.callback_receipts_purge``; answer bodies: ``asks.purge_answers``).
+
+Safe means: an audit row only once its ask closed more than ``ASKCARDS_AUDIT_RETENTION_DAYS``
+ago (never a row of an open ask), an outbox event only once it was delivered or given up more
+than ``ASKCARDS_EVENT_RETENTION_DAYS`` ago (never one an agent has still to receive). 0 keeps
+them forever.
+
+How, at a million rows: both tables are walked in id order (ids grow with time) through windows
+of ``ASKCARDS_PRUNE_BATCH`` consecutive ids: one SELECT of the window's prunable ids over the
+primary key, then one ``DELETE … WHERE id IN (…)``, each its own short autocommit transaction.
+A batch locks only the rows it deletes, rows no answer, click or delivery ever writes again, so
+nothing that serves a person waits on it. The walk stops at the first window holding a row newer
+than the cutoff (everything after it is newer still), after ``ASKCARDS_PRUNE_BATCHES_PER_PASS``
+windows, or at the table's end; the caller keeps the returned cursor and resumes there the next
+time, so rows that must stay (an undelivered event of an agent that never reads its feed) are
+stepped over once per walk, not on every pass.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TypeVar
+
+from django.conf import settings
+from django.db import models
+from django.db.models import BooleanField, Case, Q, When
+from django.utils import timezone
+
+from askcards.models import AskEvent, OutboxEvent
+
+Row = TypeVar("Row", AskEvent, OutboxEvent)
+
+
+@dataclass(frozen=True)
+class PruneReport:
+    """One pass: rows deleted, DELETE statements run, and the id to resume after (None: the walk
+    reached rows newer than the cutoff or the table's end; the next pass starts from the oldest)."""
+
+    deleted: int
+    batches: int
+    resume_after: int | None
+
+
+def audit_prune(*, now: datetime | None = None, after: int | None = None) -> PruneReport:
+    """Delete audit rows of asks closed more than ``ASKCARDS_AUDIT_RETENTION_DAYS`` ago (the row
+    itself older than that too: a click rejected yesterday on a long-closed ask stays for now)."""
+    days = settings.ASKCARDS_AUDIT_RETENTION_DAYS
+    if not days:
+        return PruneReport(0, 0, None)
+    cutoff = (now or timezone.now()) - timedelta(days=days)
+    # closed_at is set exactly when an ask is terminal (ask_reason_matches_status): an open ask's
+    # rows never match.
+    safe = Q(created_at__lt=cutoff, ask__closed_at__lt=cutoff)
+    return _prune(AskEvent, safe, cutoff, after)
+
+
+def outbox_prune(*, now: datetime | None = None, after: int | None = None) -> PruneReport:
+    """Delete outbox events delivered (webhook, feed or response) or given up more than
+    ``ASKCARDS_EVENT_RETENTION_DAYS`` ago; an event still to be delivered is never touched."""
+    days = settings.ASKCARDS_EVENT_RETENTION_DAYS
+    if not days:
+        return PruneReport(0, 0, None)
+    cutoff = (now or timezone.now()) - timedelta(days=days)
+    safe = Q(delivered_at__lt=cutoff) | Q(delivered_at__isnull=True, failed_at__lt=cutoff)
+    return _prune(OutboxEvent, safe, cutoff, after)
+
+
+def _prune(model: type[Row], safe: Q, cutoff: datetime, after: int | None) -> PruneReport:
+    size = settings.ASKCARDS_PRUNE_BATCH
+    rows = model._default_manager
+    if after is None:
+        oldest = rows.order_by("pk").values_list("pk", flat=True).first()
+        if oldest is None:
+            return PruneReport(0, 0, None)
+        after = oldest - 1
+    newest = rows.order_by("-pk").values_list("pk", flat=True).first() or 0
+    deleted = batches = 0
+    for _ in range(settings.ASKCARDS_PRUNE_BATCHES_PER_PASS):
+        if after >= newest:
+            return PruneReport(deleted, batches, None)
+        end = after + size
+        window = (
+            rows.filter(pk__gt=after, pk__lte=end)
+            .annotate(safe=Case(When(safe, then=True), default=False, output_field=BooleanField()))
+            .values_list("pk", "safe", "created_at")
+        )
+        ids, newer = [], False
+        for pk, prunable, created_at in window:
+            if prunable:
+                ids.append(pk)
+            newer = newer or created_at >= cutoff
+        if ids:
+            # No cascades or signals on these models: Django deletes them in one statement.
+            deleted += _delete(model, ids)
+            batches += 1
+        if newer:
+            return PruneReport(deleted, batches, None)
+        after = end
+    return PruneReport(deleted, batches, after)
+
+
+def _delete(model: type[models.Model], ids: list[int]) -> int:
+    return model._default_manager.filter(pk__in=ids).delete()[0]
