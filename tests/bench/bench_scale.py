@@ -205,11 +205,10 @@ print(json.dumps(out))
 # One run of a figure's code path in-process on one database: its statements, the slowest with
 # its plan. Writes happen inside a transaction that is rolled back (EXPLAIN ANALYZE executes).
 EXPLAIN = r"""
-import json, sys, django
+import json, re, sys, time, django
 django.setup()
 from django.db import connection, transaction
 from django.test import Client
-from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from askcards import services
 from askcards.models import Bot
@@ -247,6 +246,42 @@ def run(figure):
                                       progress_card__isnull=False)
     raise SystemExit(f"no in-process run for {figure}")
 
+STATEMENTS = {"SELECT", "INSERT", "UPDATE", "DELETE", "WITH"}
+recorded = []
+
+def record(execute, sql, params, many, context):
+    started = time.perf_counter()
+    try:
+        return execute(sql, params, many, context)
+    finally:
+        if not many and sql.split(None, 1)[0].upper() in STATEMENTS:
+            recorded.append(((time.perf_counter() - started) * 1000, sql, params))
+
+def plan_of(sql):
+    with connection.cursor() as cursor:
+        cursor.execute(sql)
+        return "\n".join(row[0] for row in cursor.fetchall())
+
+def generic_plan(sql, params):
+    # The plan a pooled connection runs once psycopg has prepared the statement (after
+    # prepare_threshold runs) and PostgreSQL has switched it to a generic plan: $n, not values.
+    numbered, count = [], 0
+    for piece in re.split(r"(%%|%s)", sql):
+        if piece == "%s":
+            count += 1
+            piece = f"${count}"
+        elif piece == "%%":
+            piece = "%"
+        numbered.append(piece)
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        cursor.execute("PREPARE bench_generic AS " + "".join(numbered))
+    explain = "EXPLAIN (ANALYZE, BUFFERS) EXECUTE bench_generic (" + ", ".join(["%s"] * count) + ")"
+    plan = plan_of(connection.ops.compose_sql(explain, params))
+    with connection.cursor() as cursor:
+        cursor.execute("DEALLOCATE bench_generic")
+    return plan
+
 report = {}
 for figure in params["explain"]:
     if params["figures"][figure]["kind"] not in ("get", "sweep_idle", "purge_idle", "card_claim_idle"):
@@ -256,19 +291,20 @@ for figure in params["explain"]:
     else:
         run(figure)
     with transaction.atomic():
-        with CaptureQueriesContext(connection) as captured:
+        recorded.clear()
+        with connection.execute_wrapper(record):
             response = run(figure)
-        queries = sorted((q for q in captured.captured_queries
-                          if q["sql"].split(None, 1)[0].upper() in {"SELECT", "INSERT", "UPDATE", "DELETE", "WITH"}),
-                         key=lambda q: float(q["time"]), reverse=True)
-        plan = ""
+        queries = sorted(recorded, key=lambda q: q[0], reverse=True)
+        text = [connection.ops.compose_sql(sql, args) if args else sql for _, sql, args in queries]
+        plan = generic = ""
         if queries:
-            with connection.cursor() as cursor:
-                cursor.execute("EXPLAIN (ANALYZE, BUFFERS) " + queries[0]["sql"])
-                plan = "\n".join(row[0] for row in cursor.fetchall())
+            plan = plan_of("EXPLAIN (ANALYZE, BUFFERS) " + text[0])
+            if queries[0][2]:
+                generic = generic_plan(queries[0][1], queries[0][2])
         transaction.set_rollback(True)
-    report[figure] = {"status": getattr(response, "status_code", None), "queries": len(queries), "top": [[q["time"], q["sql"][:600]] for q in queries[:3]],
-                      "sql": queries[0]["sql"] if queries else "", "plan": plan}
+    report[figure] = {"status": getattr(response, "status_code", None), "queries": len(queries),
+                      "top": [[round(q[0], 2), sql[:600]] for q, sql in zip(queries[:3], text)],
+                      "sql": text[0] if text else "", "plan": plan, "generic": generic}
 print(json.dumps(report))
 """
 
@@ -741,11 +777,19 @@ def main(argv: list[str] | None = None) -> int:
             for figure, found in plans.items():
                 label = HTTP_FIGURES.get(figure) or WORKER_FIGURES[figure]
                 status = f" (HTTP {found['status']})" if found["status"] else ""
-                say(f"\n--- {label} on the seeded database{status}: {found['queries']} statements; slowest (s, SQL):")
-                for seconds, sql in found["top"]:
-                    say(f"  {seconds} s  {sql}")
-                say("EXPLAIN (ANALYZE, BUFFERS) of the slowest:")
+                if not found["queries"]:
+                    say(f"\n--- {label}{status}: no statements on this thread's connection (the view runs its "
+                        "database work in a worker thread); nothing to explain")
+                    continue
+                say(f"\n--- {label} on the seeded database{status}: {found['queries']} statements; slowest (ms, SQL):")
+                for ms, sql in found["top"]:
+                    say(f"  {ms} ms  {sql}")
+                say("EXPLAIN (ANALYZE, BUFFERS) of the slowest, with its values (a custom plan):")
                 say(found["plan"])
+                if found["generic"]:
+                    say("the same as a prepared statement's generic plan (the server's pooled connections prepare "
+                        "a statement after 5 runs; PostgreSQL may then plan it once for any values):")
+                    say(found["generic"])
         return 0
     except BaseException:
         for name, _, _ in procs.started:
