@@ -50,7 +50,7 @@ print(json.dumps({
 """
 
 
-def test_bulk_rows_are_the_services_own(tmp_path):
+def seeded_database(tmp_path, closed: int, pending: int, sessions: int) -> harness.PgDatabase:
     require_service("PostgreSQL", harness.PG_HOST, harness.PG_PORT)
     db = harness.create_database(tmp_path)
     try:
@@ -58,11 +58,24 @@ def test_bulk_rows_are_the_services_own(tmp_path):
         harness.manage(db, "askcards_bot", "add", "feishu", "--app-id", bench_scale.APP_ID, "--app-secret", "s",
                        "--verification-token", "t", "--encrypt-key", "k", "--base-url", "http://127.0.0.1:9")
         harness.manage(db, "askcards_agent", "create", bench_scale.AGENT, "--json")
-        bench_scale.bulk_seed(f"{harness.ADMIN_DSN.rsplit('/', 1)[0]}/{db.name}", 300, 40, 10)
-        proc = subprocess.run([sys.executable, "-c", CHECK], cwd=harness.PROJECT_DIR, env=db.env,
-                              capture_output=True, text=True, timeout=harness.SUBPROCESS_TIMEOUT)
-        assert proc.returncode == 0, proc.stderr
-        found = json.loads(proc.stdout.strip().splitlines()[-1])
+        bench_scale.bulk_seed(f"{harness.ADMIN_DSN.rsplit('/', 1)[0]}/{db.name}", closed, pending, sessions)
+    except BaseException:
+        harness.drop_database(db.name)
+        raise
+    return db
+
+
+def run_check(db: harness.PgDatabase, script: str) -> dict:
+    proc = subprocess.run([sys.executable, "-c", script], cwd=harness.PROJECT_DIR, env=db.env,
+                          capture_output=True, text=True, timeout=harness.SUBPROCESS_TIMEOUT)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_bulk_rows_are_the_services_own(tmp_path):
+    db = seeded_database(tmp_path, 300, 40, 10)
+    try:
+        found = run_check(db, CHECK)
     finally:
         harness.drop_database(db.name)
 
@@ -81,3 +94,4 @@ def test_bulk_rows_are_the_services_own(tmp_path):
     assert found["expired_now"] == 0 and found["purged_now"] == 0
     assert 0 < found["purged_before"] < 300 and found["purged_results"] == found["purged_before"]
     assert 0 < found["respondent_answers"] == found["answered_unpurged"]
+
