@@ -97,3 +97,25 @@ async def test_events_long_poll_wakes_on_new_event(agent_and_key, pending_ask):
 async def test_events_long_poll_times_out_empty(agent_and_key):
     response = await _get("/api/v1/events?after=0&wait=1", agent_and_key[1]).get_response(timeout=10)
     assert json.loads(response["body"]) == {"events": [], "last_seq": 0}
+
+
+async def test_wait_gets_the_answer_though_the_channel_layer_fails_under_it(agent_and_key, pending_ask, monkeypatch):
+    """Redis stops under a parked long-poll and the ask is answered meanwhile (its wake lost): the
+    long-poll re-reads and returns the answer within seconds, not at its timeout."""
+    from askcards import events
+    from tests.fakes import layer as fake_layer
+
+    layer = fake_layer.install(monkeypatch)
+    waiting = asyncio.ensure_future(
+        _get(f"/api/v1/asks/{pending_ask.id}/wait?timeout=20", agent_and_key[1]).get_response(timeout=25)
+    )
+    async with asyncio.timeout(10):
+        while not layer.groups.get(events.ask_group(pending_ask.id)):  # parked
+            await asyncio.sleep(0.05)
+    layer.down()
+    answered_at = time.monotonic()
+    await database_sync_to_async(services.ask_answer)(ask_id=pending_ask.id, answers=answer_for(), surface="web")
+    response = await waiting
+    assert time.monotonic() - answered_at < 1 + 2 * events.LAYER_RETRY_SECONDS
+    assert layer.failed_receives == 1
+    assert response["status"] == 200 and json.loads(response["body"])["status"] == "answered"

@@ -12,7 +12,6 @@ WSGI server the same views answer at once with the current state (no waiting).
 from __future__ import annotations
 
 import asyncio
-import logging
 from dataclasses import dataclass
 from io import BytesIO
 from typing import Any, Callable
@@ -24,10 +23,6 @@ from rest_framework.response import Response
 
 from askcards import edge, events, metrics
 from askcards.db import in_pool
-
-logger = logging.getLogger(__name__)
-
-LAYER_RETRY_SECONDS = 1.0  # while the channel layer is down, a parked long-poll re-reads this often
 
 
 @dataclass
@@ -123,71 +118,33 @@ class LongPollApp:
     async def _wait(self, poll: LongPoll, receive) -> HttpResponse | None:
         """Park until woken (then re-read), the client leaves (None) or the timeout (final read).
 
-        The channel layer may fail under the wait (Redis stopped or restarted: the groups it held
-        are gone). The wait then re-reads every ``LAYER_RETRY_SECONDS`` and joins its groups again
-        as soon as the layer answers, re-reading once more right after: a wake sent while it was
-        not subscribed is covered by that read, and later wakes reach it again."""
-        layer = events.channel_layer()
-        channel = await layer.new_channel()
+        The channel layer may fail under the wait (Redis stopped or restarted): the subscription
+        then has it re-read every ``events.LAYER_RETRY_SECONDS`` until it is back in its groups."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + poll.timeout
         disconnect = asyncio.ensure_future(receive())
-        wake: asyncio.Future | None = None
-        joined = False
         try:
-            while True:
-                if wake is None:
-                    joined = await _join(layer, poll.groups, channel)
-                    # The state may have changed between the last read and the subscription.
+            async with events.Subscription("long-poll") as subscription:
+                for group in poll.groups:
+                    await subscription.add(group)
+                while True:
+                    # Read after subscribing (the state may have changed since the view's read), and
+                    # again after every wake or re-read the subscription asks for.
                     data = await _in_pool(poll.again, False)
                     if data is not None:
                         return _json(data)
-                    if joined:
-                        wake = asyncio.ensure_future(layer.receive(channel))
-                remaining = deadline - loop.time()
-                if remaining <= 0:
-                    break
-                waiting = {disconnect} if wake is None else {wake, disconnect}
-                timeout = remaining if wake is not None else min(remaining, LAYER_RETRY_SECONDS)
-                done, _ = await asyncio.wait(waiting, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-                if disconnect in done:
-                    return None
-                if wake is None or wake not in done:
-                    continue  # not subscribed: join again and re-read
-                if wake.exception() is not None:
-                    logger.warning("long-poll lost the channel layer (%s); re-reading until it is back",
-                                   type(wake.exception()).__name__)
-                    wake = None
-                    await asyncio.wait({disconnect}, timeout=min(LAYER_RETRY_SECONDS, max(0.0, remaining)))
-                    continue
-                data = await _in_pool(poll.again, False)
-                if data is not None:
-                    return _json(data)
-                wake = asyncio.ensure_future(layer.receive(channel))
+                    remaining = deadline - loop.time()
+                    if remaining <= 0:
+                        break
+                    await subscription.receive(remaining, stop=disconnect)
+                    if disconnect.done():
+                        return None
+                    if loop.time() >= deadline:
+                        break
             return _json(await _in_pool(poll.again, True))
         finally:
-            if wake is not None and not wake.done():
-                wake.cancel()
             if not disconnect.done():
                 disconnect.cancel()
-            if joined:
-                for group in poll.groups:
-                    try:
-                        await layer.group_discard(group, channel)
-                    except Exception:  # the layer is down: its groups expire on their own
-                        logger.debug("group_discard of %s failed", group, exc_info=True)
-
-
-async def _join(layer, groups: list[str], channel: str) -> bool:
-    """Add ``channel`` to every group; False when the channel layer fails (Redis down)."""
-    try:
-        for group in groups:
-            await layer.group_add(group, channel)
-    except Exception as exc:  # the first loss was logged; one line a second per waiter would flood the log
-        logger.debug("long-poll could not join its groups (%s); re-reading every %s s", type(exc).__name__,
-                     LAYER_RETRY_SECONDS)
-        return False
-    return True
 
 
 def _json(data: Any) -> HttpResponse:

@@ -199,7 +199,7 @@ def _call_result(status: str, text: str | None, ask: Ask | None) -> types.CallTo
 async def call_tool(ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> types.CallToolResult:
     caller = _caller.get()
     tool = tools.get(params.name)
-    async with Subscription() as subscription:
+    async with events.Subscription("MCP call") as subscription:
         if tool is not None and tool.blocking and ctx.request_id is not None:
             # Before the ask exists: a cancel that arrives while it is being made waits in the queue.
             await subscription.add(cancel_group(caller, ctx.request_id))
@@ -260,48 +260,14 @@ def cancel_group(caller: Caller, request_id: Any) -> str:
     return f"askcards.mcp.{caller.agent.pk}.{digest}"
 
 
-class Subscription:
-    """One channel on the channel layer, in some groups, for one parked request: messages that
-    arrive before the request starts waiting are queued, not lost."""
-
-    def __init__(self):
-        self.layer = events.channel_layer()
-        self.channel = ""
-        self.groups: list[str] = []
-        self._next: asyncio.Future | None = None
-
-    async def __aenter__(self) -> "Subscription":
-        self.channel = await self.layer.new_channel()
-        return self
-
-    async def add(self, group: str) -> None:
-        await self.layer.group_add(group, self.channel)
-        self.groups.append(group)
-
-    async def receive(self, timeout: float) -> dict | None:
-        """The next message, or None after ``timeout`` seconds (the pending receive is kept)."""
-        if self._next is None:
-            self._next = asyncio.ensure_future(self.layer.receive(self.channel))
-        done, _ = await asyncio.wait({self._next}, timeout=max(0.0, timeout))
-        if not done:
-            return None
-        message, self._next = self._next.result(), None
-        return message
-
-    async def __aexit__(self, *exc_info) -> None:
-        if self._next is not None:
-            self._next.cancel()
-        with anyio.CancelScope(shield=True):
-            for group in self.groups:
-                await self.layer.group_discard(group, self.channel)
-
-
-async def _park(ctx: ServerRequestContext[Any, Any], caller: Caller, ask_id: str, subscription: Subscription) -> Ask:
+async def _park(ctx: ServerRequestContext[Any, Any], caller: Caller, ask_id: str, subscription: events.Subscription) -> Ask:
     """Wait until the ask ends or its deadline (plus grace) passes; returns it as it is then.
 
     Parked on the channel layer (the ask's group, and the cancel group the caller may have added):
-    woken by the ask's changes, it re-reads the ask in the pool; sends progress meanwhile. A
-    cancelled handler (the client went away) leaves the ask as it is."""
+    woken by the ask's changes, it re-reads the ask in the pool; sends progress meanwhile. While
+    the layer is down it re-reads every ``events.LAYER_RETRY_SECONDS`` instead (the subscription's
+    ``REREAD``), as the REST long-polls do. A cancelled handler (the client went away) leaves the
+    ask as it is."""
     await subscription.add(events.ask_group(ask_id))
     ask = await in_pool(_read, caller.agent, ask_id)  # after subscribing: no change can slip by
     loop = asyncio.get_running_loop()
@@ -354,7 +320,7 @@ async def tasks_result(ctx: ServerRequestContext[Any, Any], params: types.GetTas
     notification goes out on this stream when it ends."""
     ask = await _task_ask(params.task_id)
     if ask.is_open:
-        async with Subscription() as subscription:
+        async with events.Subscription("MCP call") as subscription:
             ask = await _park(ctx, _caller.get(), ask.id, subscription)
         if ask.is_open:
             raise MCPError(code=INTERNAL_ERROR, message=f"task {ask.id} is still working past its deadline; poll tasks/get")

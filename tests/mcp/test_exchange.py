@@ -7,10 +7,11 @@ import json
 import pytest
 from channels.db import database_sync_to_async
 
-from askcards import services
+from askcards import events, services
 from askcards.mcp import exchange
 from askcards.models import Ask
 from tests.conftest import QUESTIONS, answer_for
+from tests.fakes import layer as fake_layer
 from tests.security import mcp_wire as wire
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
@@ -45,3 +46,56 @@ async def test_an_immediate_answer_is_one_json_reply(agent_and_key, present_sess
     answer = await wire.rpc(agent_and_key[1], "tools/call", {"name": "ask_user_questions", "arguments": {"questions": []}})
     assert answer.headers["content-type"] == "application/json"
     assert answer.result["isError"] is True and "参数无效" in answer.result["content"][0]["text"]
+
+
+async def _pending_ask() -> Ask:
+    async with asyncio.timeout(10):
+        while True:
+            ask = await database_sync_to_async(Ask.objects.filter(status=Ask.Status.PENDING).first)()
+            if ask is not None:
+                return ask
+            await asyncio.sleep(0.05)
+
+
+async def _answer(ask: Ask) -> float:
+    await database_sync_to_async(services.ask_answer)(ask_id=ask.id, respondent_id="alice", answers=answer_for(), surface="web")
+    return asyncio.get_running_loop().time()
+
+
+async def test_a_waiting_call_gets_its_answer_though_the_channel_layer_fails_under_it(
+    agent_and_key, present_session, monkeypatch
+):
+    """Redis stops under parked calls: a call answered while it is down still returns the answer
+    within seconds, not at its deadline (it re-reads while it cannot subscribe); once the layer is
+    back, empty, a parked call joins its ask's group again and an answer then wakes it."""
+    layer = fake_layer.install(monkeypatch)
+    loop = asyncio.get_running_loop()
+    arguments = {"name": "ask_user_questions", "arguments": {"questions": QUESTIONS}}
+
+    call = asyncio.create_task(wire.rpc(agent_and_key[1], "tools/call", arguments, timeout=30))
+    ask = await _pending_ask()
+    group = events.ask_group(ask.id)
+    async with asyncio.timeout(10):
+        while not layer.groups.get(group):  # parked
+            await asyncio.sleep(0.05)
+    layer.down()
+    answered_at = await _answer(ask)  # its wake is lost: the layer refuses it
+    answer = await asyncio.wait_for(call, 10)
+    assert loop.time() - answered_at < 1 + 2 * events.LAYER_RETRY_SECONDS
+    assert layer.failed_receives == 1 and layer.is_down
+    assert answer.result["isError"] is False
+    assert json.loads(answer.result["content"][0]["text"]) == {"answers": answer_for()}
+
+    # A call parked while the layer is down; the layer comes back empty.
+    call = asyncio.create_task(wire.rpc(agent_and_key[1], "tools/call", arguments, id=2, timeout=30))
+    ask = await _pending_ask()
+    await asyncio.sleep(2 * events.LAYER_RETRY_SECONDS)
+    assert not call.done(), "the call ended while the layer was down and its ask open"
+    layer.up()
+    group = events.ask_group(ask.id)
+    async with asyncio.timeout(5):
+        while not layer.groups.get(group):  # subscribed again: wakes reach it
+            await asyncio.sleep(0.05)
+    await _answer(ask)
+    answer = await asyncio.wait_for(call, 10)
+    assert json.loads(answer.result["content"][0]["text"]) == {"answers": answer_for()}
