@@ -31,6 +31,11 @@ class FlakyLayer(ThrottledInMemoryChannelLayer):
     def up(self) -> None:
         self.is_down = False
 
+    @property
+    def waiting_receives(self) -> int:
+        """Receives pending now (what ``down()`` makes fail)."""
+        return len(self._outages)
+
     def _check(self) -> None:
         if self.is_down:
             raise ConnectionError("channel layer down")

@@ -76,7 +76,7 @@ async def test_a_waiting_call_gets_its_answer_though_the_channel_layer_fails_und
     ask = await _pending_ask()
     group = events.ask_group(ask.id)
     async with asyncio.timeout(10):
-        while not layer.groups.get(group):  # parked
+        while not (layer.groups.get(group) and layer.waiting_receives):  # parked, its receive pending
             await asyncio.sleep(0.05)
     layer.down()
     answered_at = await _answer(ask)  # its wake is lost: the layer refuses it
