@@ -54,12 +54,14 @@ def send(messages: list[tuple[str, dict]]) -> None:
         return
     loop = getattr(SyncToAsync.threadlocal, "main_event_loop", None)
     if loop is not None and loop.is_running():
-        loop.call_soon_threadsafe(lambda: loop.create_task(_send_all(layer, messages)))
+        loop.call_soon_threadsafe(lambda: loop.create_task(send_all(layer, messages)))
     else:
-        async_to_sync(_send_all)(layer, messages)
+        async_to_sync(send_all)(layer, messages)
 
 
-async def _send_all(layer, messages: list[tuple[str, dict]]) -> None:
+async def send_all(layer, messages: list[tuple[str, dict]]) -> None:
+    """group_send each (group, message) from async code. Never raises: a message the layer refuses
+    (Redis down) is logged, and its readers notice at their next re-read or timeout."""
     for group, message in messages:
         try:
             await layer.group_send(group, message)

@@ -297,8 +297,9 @@ async def cancelled(ctx: ServerRequestContext[Any, Any], params: types.Cancelled
     caller = _caller.get(None)
     if caller is None or params.request_id is None:
         return
-    layer = events.channel_layer()
-    await layer.group_send(cancel_group(caller, params.request_id), {"type": CANCEL})
+    # With the channel layer down (Redis stopped), the cancel is logged and lost: the call's ask
+    # then ends as it would have (answer, deadline), and the notification itself never errors.
+    await events.send_all(events.channel_layer(), [(cancel_group(caller, params.request_id), {"type": CANCEL})])
 
 
 # ------------------------------------------------------------------------------------------ tasks

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 
 import pytest
 from channels.db import database_sync_to_async
@@ -99,3 +100,19 @@ async def test_a_waiting_call_gets_its_answer_though_the_channel_layer_fails_und
     await _answer(ask)
     answer = await asyncio.wait_for(call, 10)
     assert json.loads(answer.result["content"][0]["text"]) == {"answers": answer_for()}
+
+
+async def test_a_cancel_notification_while_the_channel_layer_is_down_is_accepted_not_an_error(
+    agent_and_key, present_session, monkeypatch, caplog
+):
+    """Redis down: the cancel cannot reach the process holding the call. The notification is
+    still accepted (202, as any notification), the loss is logged, and nothing else changes."""
+    layer = fake_layer.install(monkeypatch)
+    layer.down()
+    notification = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 7}}
+    answer = await wire.post(agent_and_key[1], notification)
+    assert answer.status == 202
+    async with asyncio.timeout(5):  # the SDK runs notification handlers after answering
+        while not any("failed; its readers will notice" in r.getMessage() for r in caplog.records):
+            await asyncio.sleep(0.05)
+    assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
