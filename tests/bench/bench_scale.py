@@ -72,6 +72,7 @@ from tests.bench.bench_feishu_callback import (
     pg_available,
     read_stub_port,
     submit_request,
+    wait_until_serving,
 )
 from tests.bench.bench_longpoll import HOST, PYTHON, PROJECT_DIR, free_port, percentile, run_manage, run_python, say
 
@@ -595,21 +596,6 @@ def newest_after(db: Db) -> int:
     with psycopg.connect(f"{PG_SERVER}/{db.name}", connect_timeout=5) as conn:
         seq = conn.execute("SELECT event_seq FROM askcards_agent WHERE name = %s", (AGENT,)).fetchone()[0]
     return max(0, seq - 100)
-
-
-async def wait_until_serving(base: str, procs: Processes) -> None:
-    deadline = time.monotonic() + START_TIMEOUT
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as http:
-        while time.monotonic() < deadline:
-            procs.alive()
-            try:
-                async with http.get(f"{base}/healthz") as resp:
-                    if resp.status == 200:
-                        return
-            except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
-                pass
-            await asyncio.sleep(0.2)
-    raise RuntimeError(f"{base} did not answer /healthz within {START_TIMEOUT} s")
 
 
 def run_script(db: Db, script: str, params: dict[str, Any]) -> Any:
