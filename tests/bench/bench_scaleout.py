@@ -183,6 +183,22 @@ class Socket:
             self.closed = f"closed (code {self.ws.close_code})"
 
 
+async def until_stalled(remaining, bound: float, stall: float = 20.0) -> None:
+    """Wait until ``remaining()`` is 0, or has not gone down for ``stall`` s, or ``bound`` s passed."""
+    deadline = time.monotonic() + bound
+    last, since = remaining(), time.monotonic()
+    while last and time.monotonic() < deadline and time.monotonic() - since < stall:
+        await asyncio.sleep(0.2)
+        now = remaining()
+        if now < last:
+            last, since = now, time.monotonic()
+
+
+def unshown(waiters: list[Waiter], user_sockets: dict[int, list[Socket]]) -> int:
+    """(ask, socket of its user) pairs where the socket never got the ask's ``ask_user_questions``."""
+    return sum(1 for w in waiters for s in user_sockets[w.user] if not w.call.ask_id or w.call.ask_id not in s.shown)
+
+
 def snapshot_rss(pids: list[int]) -> list[int]:
     return [proc_status(pid).get("VmRSS", 0) for pid in pids]
 
@@ -233,8 +249,9 @@ async def connect_sockets(sockets: list[Socket], ports: list[int], cookie_name: 
 
 
 async def create_asks(http: aiohttp.ClientSession, bases: list[str], key: str, names: list[str],
-                      waiters: list[Waiter], concurrency: int) -> None:
-    """REST and panel-only asks: ``POST /api/v1/tools/call`` without wait, alternately on A and B."""
+                      waiters: list[Waiter], concurrency: int, by_ask: dict[str, Waiter]) -> None:
+    """REST and panel-only asks: ``POST /api/v1/tools/call`` without wait, alternately on A and B;
+    the response names the ask (so an ask its panels never showed can still be answered)."""
     semaphore = asyncio.Semaphore(concurrency)
     auth = {"Authorization": f"Bearer {key}"}
     failures: list[str] = []
@@ -256,8 +273,16 @@ async def create_asks(http: aiohttp.ClientSession, bases: list[str], key: str, n
         async with semaphore:
             async with http.post(f"{bases[n % 2]}/api/v1/tools/call", json=payload, headers=auth) as resp:
                 body = await resp.text()
-        if resp.status != 200 and len(failures) < 5:
-            failures.append(f"HTTP {resp.status}: {body[:300]}")
+        try:
+            ask_id = json.loads(body)["ask"]["id"]
+        except (ValueError, KeyError, TypeError):
+            ask_id = None
+        if resp.status != 200 or not ask_id:
+            if len(failures) < 5:
+                failures.append(f"HTTP {resp.status}: {body[:300]}")
+            return
+        waiter.call.ask_id = waiter.call.ask_id or ask_id
+        by_ask[ask_id] = waiter
 
     users = sorted({w.user for w in waiters})
     await asyncio.wait_for(asyncio.gather(*(session(u) for u in users)), 60 + len(users) / 5)
@@ -364,15 +389,12 @@ async def bench(args: argparse.Namespace, ports: list[int], servers: list[subpro
             # --- REST and panel-only asks, shown on both sockets of their user
             t0 = time.monotonic()
             created = by_kind["rest"] + by_kind["panel"]
-            await create_asks(http, bases, key, names, created, args.create_concurrency)
+            await create_asks(http, bases, key, names, created, args.create_concurrency, by_ask)
             user_sockets: dict[int, list[Socket]] = {}
             for s in sockets:
                 user_sockets.setdefault(s.user, []).append(s)
-            await until(lambda: all(w.call.ask_id and all(w.call.ask_id in s.shown for s in user_sockets[w.user])
-                                    for w in created), 60 + len(created) / 20, 0.2)
-            missing = [w.index for w in created if w.call.ask_id is None]
-            if missing:
-                raise RuntimeError(f"{len(missing)} created asks never showed on their panel, e.g. {missing[:3]}")
+            await until_stalled(lambda: unshown(created, user_sockets), 60 + len(created) / 20)
+            report["unshown"] = unshown(created, user_sockets)
             await quiet_all(pids, 30)
             report["create_seconds"] = time.monotonic() - t0
             report["rss"]["asks"] = snapshot_rss(pids)
@@ -399,7 +421,7 @@ async def bench(args: argparse.Namespace, ports: list[int], servers: list[subpro
                 try:
                     shown = asyncio.ensure_future(w.call.shown.wait())
                     try:
-                        await asyncio.wait({task, shown}, timeout=60, return_when=asyncio.FIRST_COMPLETED)
+                        await asyncio.wait({task, shown}, timeout=20, return_when=asyncio.FIRST_COMPLETED)
                     finally:
                         shown.cancel()
                 finally:
@@ -428,6 +450,7 @@ async def bench(args: argparse.Namespace, ports: list[int], servers: list[subpro
             report["mcp_park_seconds"] = time.monotonic() - t0
             report["rss"]["mcp"] = snapshot_rss(pids)
             report["mcp_early"] = sum(1 for w in by_kind["mcp"] if w.call.done)
+            report["unshown"] += unshown(by_kind["mcp"], user_sockets)
             report["threads_parked"] = [proc_status(p).get("Threads", 0) for p in pids]
             say(f"  {len(by_kind['mcp'])} MCP calls parked in {report['mcp_park_seconds']:.1f} s; RSS "
                 + " / ".join(f"{mb(r):.0f}" for r in report["rss"]["mcp"]) + " MB")
@@ -463,6 +486,8 @@ async def bench(args: argparse.Namespace, ports: list[int], servers: list[subpro
         if len(examples) < 6:
             examples.append(f"{kind}: {detail}")
 
+    answer_shown = {s.user: s.shown for s in sockets if s.role == "answerer"}
+    watch_shown = {s.user: s.shown for s in sockets if s.role == "watcher"}
     for w in waiters:
         call = w.call
         if call.ask_id is None:
@@ -481,6 +506,10 @@ async def bench(args: argparse.Namespace, ports: list[int], servers: list[subpro
             bad(f"panel: closed with reason {w.watcher_reason}", call.ask_id)
         else:
             wakes.setdefault(("panel", watcher_crossing), []).append((w.watcher_woke - call.answer_sent) * 1000)
+        for role, shown in (("answerer", w.user in answer_shown and call.ask_id in answer_shown[w.user]),
+                            ("watcher", w.user in watch_shown and call.ask_id in watch_shown[w.user])):
+            if not shown:
+                bad(f"panel: the {role} socket never showed the ask", call.ask_id)
         if not (call.ack or {}).get("ok"):
             bad("answer not acknowledged ok", f"{call.ask_id} {call.ack}")
     for values in wakes.values():
@@ -520,6 +549,8 @@ def print_report(args: argparse.Namespace, report: dict[str, Any], nofile: tuple
         f"REST parking {report['rest_park_seconds']:.1f} s, MCP parking {report['mcp_park_seconds']:.1f} s, answers "
         f"{report['answer_seconds']:.1f} s (max schedule slip {report['slip_ms']:.0f} ms); REST re-polls after 60 s: "
         f"{report['repolls']}; returned before any answer: REST {report['rest_early']}, MCP {report['mcp_early']}")
+    say(f"panel shows missing once parked ((ask, socket of its user) pairs without the ask's message): "
+        f"{report['unshown']} (counted below as lost: that user's tab does not show the ask)")
     say(f"server CPU during answers+wakes: A {report['cpu_answer'][0]:.1f} s, B {report['cpu_answer'][1]:.1f} s")
     say()
     say("memory (VmRSS, MB)      " + "".join(f"{name:>10}" for name in NAMES))
