@@ -293,7 +293,7 @@ async def create_asks(http: aiohttp.ClientSession, bases: list[str], key: str, n
 
 async def rest_wait(http: aiohttp.ClientSession, base: str, key: str, waiter: Waiter, deadline: float) -> None:
     """Long-poll the ask until it is no longer pending (a client sends the wait again when it comes
-    back pending after its 60 s), bounded by ``deadline``."""
+    back pending after its 60 s, whether or not the answer was sent meanwhile), bounded by ``deadline``."""
     call = waiter.call
     headers = {"Authorization": f"Bearer {key}"}
     try:
@@ -307,8 +307,8 @@ async def rest_wait(http: aiohttp.ClientSession, base: str, key: str, waiter: Wa
             except ValueError:
                 call.error = f"HTTP {resp.status}, not JSON: {body[:200]!r}"
                 return
-            if (resp.status == 200 and data.get("status") == "pending" and call.answer_sent is None
-                    and time.monotonic() < deadline):
+            # Still pending (its answer not sent, or not yet processed by a busy server): wait again.
+            if resp.status == 200 and data.get("status") == "pending" and time.monotonic() < deadline:
                 waiter.repolls += 1
                 continue
             call.result = {"status": data.get("status"), "ask": data}  # the shape bench_mcp.check reads
