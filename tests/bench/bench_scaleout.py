@@ -1,0 +1,734 @@
+"""Scale-out benchmark: N parked waiters across two ``serve`` processes on PostgreSQL + Redis.
+
+Run from the project directory (not collected by pytest: the file is not named test_*):
+
+    .venv/bin/python -m tests.bench.bench_scaleout [--waiters 10000] [--rate 50]
+
+The production shape it measures (issue 14, point 3): two daphne processes behind one address,
+sharing one PostgreSQL database and one Redis (channel layer + cache); process A runs the
+in-process worker (``manage.py serve``), B serves only (``manage.py serve --no-worker``): one
+worker for the deployment, as the README recommends, without a third process on a 2-core machine.
+
+Every step is bounded in time and count, every connection is to 127.0.0.1:
+
+1. A throwaway PostgreSQL database (random name, dropped at the end, always), Redis DB 13 flushed
+   at start and end, ``migrate``; ``ceil(N / --per-user)`` Django users, each with a login session
+   (written with ``django.contrib.sessions``, as bench_longpoll does), one agent granted them all.
+2. Both servers start; their RSS when idle.
+3. Panel sockets: each web user opens TWO ``/ws/panel/`` sockets (two tabs, placed by the load
+   balancer): the "answerer" and the "watcher". Users cycle through the placements (A, B),
+   (B, A), (A, A), (B, B), so answers go out on A and B alternately and half of the watcher wakes
+   cross processes. Every socket holds its user's ``--per-user`` pending asks (default 10). RSS
+   once all are connected and the servers are quiet: memory per panel socket.
+4. The N asks, kinds in turn (ask i: REST, MCP, panel-only for i mod 3 = 0, 1, 2), user i // per-user:
+   - REST and panel-only asks are created with ``POST /api/v1/tools/call`` (no wait), alternately
+     on A and B; RSS once both panels of every user show them;
+   - REST: ``GET /api/v1/asks/{id}/wait?timeout=60`` parked on A or B (alternating); a wait that
+     comes back ``pending`` after its 60 s is sent again, as a client does; RSS once parked
+     (memory per REST long-poll);
+   - MCP: a blocking ``tools/call`` (the 2025-11-25 stateless wire of bench_mcp) on A or B,
+     creating its ask and parking; RSS once parked (memory per MCP call);
+   - panel-only asks have no agent waiting: their waiter is the user's watcher socket.
+5. Answers over the answerer sockets at ``--rate`` a second on a fixed schedule, users in turn, so
+   consecutive answers go out on A and B alternately. Wakes: each REST wait / MCP call's result
+   arrival minus its answer's send time; each watcher socket's ``ask_user_questions_cancelled``
+   for the ask minus the same send time (every ask has a watcher). "Crossing" when the waiter is
+   on the other process than the socket that answered (the wake went through Redis).
+6. Lost: a REST/MCP waiter that did not get its own ask, answered, with the label sent for it; a
+   watcher that did not hear its ask close; an answer not acknowledged ``ok``.
+7. Yardstick: each server's ``GET /admin/`` (302) and ``GET /healthz`` throughput, 20 keep-alive
+   clients for a few seconds, after the waits (the same servers, the same run).
+
+Figures are printed, not asserted; see tests/bench/README.md for the targets.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import aiohttp
+
+from tests.bench.bench_longpoll import (
+    HOST,
+    PROJECT_DIR,
+    PYTHON,
+    free_port,
+    mb,
+    percentile,
+    proc_cpu_seconds,
+    proc_status,
+    raise_nofile_limit,
+    run_manage,
+    run_python,
+    say,
+    settle,
+    until,
+    wait_quiet,
+    yardstick,
+)
+from tests.bench.bench_mcp import Call, check, mcp_call
+
+PG_ADMIN_DSN = f"postgresql://postgres@{HOST}:5432/test"
+REDIS_URL = f"redis://{HOST}:6379/13"
+REST_WAIT = 60
+ASK_TIMEOUT = 3600
+WAKE_P99_TARGET_MS = 100.0
+KB_PER_WAITER_TARGET = 50.0
+KINDS = ("rest", "mcp", "panel")
+PLACEMENTS = ((0, 1), (1, 0), (0, 0), (1, 1))  # (answerer socket, watcher socket) server per user
+NAMES = ("A", "B")
+
+SETUP = r"""
+import json, sys, django
+django.setup()
+from django.conf import settings
+from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
+from django.contrib.sessions.backends.db import SessionStore
+from askcards import services
+User = get_user_model()
+names = [f"bench{u:05d}" for u in range(%(users)d)]
+users = []
+for name in names:
+    user = User(username=name)
+    user.set_unusable_password()  # no password hashing: a thousand users in a second
+    users.append(user)
+User.objects.bulk_create(users)
+cookies = []
+for user in User.objects.filter(username__in=names).order_by("username"):
+    session = SessionStore()
+    session[SESSION_KEY] = user._meta.pk.value_to_string(user)
+    session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
+    session[HASH_SESSION_KEY] = user.get_session_auth_hash()
+    session.create()
+    cookies.append(session.session_key)
+agent, key = services.agent_create(name="bench", web_users=names, actor="bench")
+print(json.dumps({"cookie_name": settings.SESSION_COOKIE_NAME, "names": names, "sessions": cookies, "key": key}))
+"""
+
+
+# ------------------------------------------------------------------------------------------ state
+
+
+@dataclass
+class Waiter:
+    index: int
+    kind: str
+    user: int
+    server: int  # where its REST wait / MCP call is parked; for panel-only: its watcher's server
+    answer_server: int
+    call: Call
+    watcher_woke: float | None = None
+    watcher_reason: str | None = None
+    repolls: int = 0
+
+    @property
+    def crossing(self) -> bool:
+        return self.server != self.answer_server
+
+
+@dataclass
+class Socket:
+    user: int
+    server: int
+    role: str  # "answerer" | "watcher"
+    by_question: dict[str, Waiter]
+    ws: aiohttp.ClientWebSocketResponse | None = None
+    shown: set[str] = field(default_factory=set)
+    closed: str | None = None
+    other: list[Any] = field(default_factory=list)
+
+    async def read(self, by_ask: dict[str, Waiter]) -> None:
+        assert self.ws is not None
+        try:
+            async for msg in self.ws:
+                if msg.type != aiohttp.WSMsgType.TEXT:
+                    continue
+                data = json.loads(msg.data)
+                kind = data.get("type")
+                if kind == "ask_user_questions":
+                    ask_id = data["requestId"]
+                    self.shown.add(ask_id)
+                    waiter = self.by_question.get(((data.get("questions") or [{}])[0]).get("question"))
+                    if waiter is not None and waiter.call.ask_id is None:
+                        waiter.call.ask_id = ask_id
+                        waiter.call.shown_at = time.monotonic()
+                        by_ask[ask_id] = waiter
+                        waiter.call.shown.set()
+                elif kind == "ask_user_questions_cancelled":
+                    waiter = by_ask.get(data.get("requestId"))
+                    if waiter is not None and self.role == "watcher" and waiter.watcher_woke is None:
+                        waiter.watcher_woke = time.monotonic()
+                        waiter.watcher_reason = data.get("reason")
+                elif kind == "ask_user_questions_ack":
+                    waiter = by_ask.get(data.get("requestId"))
+                    if waiter is not None and self.role == "answerer":
+                        waiter.call.ack = data
+                elif kind not in ("history", "history_add") and len(self.other) < 5:
+                    self.other.append(data)
+        finally:
+            self.closed = f"closed (code {self.ws.close_code})"
+
+
+async def until_stalled(remaining, bound: float, stall: float = 20.0) -> None:
+    """Wait until ``remaining()`` is 0, or has not gone down for ``stall`` s, or ``bound`` s passed."""
+    deadline = time.monotonic() + bound
+    last, since = remaining(), time.monotonic()
+    while last and time.monotonic() < deadline and time.monotonic() - since < stall:
+        await asyncio.sleep(0.2)
+        now = remaining()
+        if now < last:
+            last, since = now, time.monotonic()
+
+
+def unshown(waiters: list[Waiter], user_sockets: dict[int, list[Socket]]) -> int:
+    """(ask, socket of its user) pairs where the socket never got the ask's ``ask_user_questions``."""
+    return sum(1 for w in waiters for s in user_sockets[w.user] if not w.call.ask_id or w.call.ask_id not in s.shown)
+
+
+def snapshot_rss(pids: list[int]) -> list[int]:
+    return [proc_status(pid).get("VmRSS", 0) for pid in pids]
+
+
+async def quiet_all(pids: list[int], timeout: float) -> None:
+    await asyncio.sleep(2.0)
+    await asyncio.gather(*(wait_quiet(pid, timeout) for pid in pids))
+
+
+# ------------------------------------------------------------------------------------------ phases
+
+
+async def wait_serving(bases: list[str], servers: list[subprocess.Popen]) -> None:
+    deadline = time.monotonic() + 90
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as http:
+        for base, server in zip(bases, servers):
+            while True:
+                if server.poll() is not None:
+                    raise RuntimeError(f"server {base} exited early with code {server.returncode}")
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"server {base} did not answer within 90 s")
+                try:
+                    async with http.get(f"{base}/healthz") as resp:
+                        await resp.read()
+                        if resp.status == 200:
+                            break
+                except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+                    pass
+                await asyncio.sleep(0.2)
+
+
+async def connect_sockets(sockets: list[Socket], ports: list[int], cookie_name: str, sessions: list[str],
+                          by_ask: dict[str, Waiter], http: aiohttp.ClientSession) -> list[asyncio.Task]:
+    semaphore = asyncio.Semaphore(20)
+    readers: list[asyncio.Task] = []
+
+    async def one(sock: Socket) -> None:
+        port = ports[sock.server]
+        async with semaphore:
+            sock.ws = await http.ws_connect(
+                f"ws://{HOST}:{port}/ws/panel/", heartbeat=None, autoping=True,
+                headers={"Origin": f"http://{HOST}:{port}", "Cookie": f"{cookie_name}={sessions[sock.user]}"},
+            )
+        readers.append(asyncio.ensure_future(sock.read(by_ask)))
+
+    await asyncio.wait_for(asyncio.gather(*(one(s) for s in sockets)), 60 + len(sockets) / 5)
+    return readers
+
+
+async def create_asks(http: aiohttp.ClientSession, bases: list[str], key: str, names: list[str],
+                      waiters: list[Waiter], concurrency: int, by_ask: dict[str, Waiter]) -> None:
+    """REST and panel-only asks: ``POST /api/v1/tools/call`` without wait, alternately on A and B;
+    the response names the ask (so an ask its panels never showed can still be answered)."""
+    semaphore = asyncio.Semaphore(concurrency)
+    auth = {"Authorization": f"Bearer {key}"}
+    failures: list[str] = []
+
+    async def session(user: int) -> None:
+        async with semaphore:
+            async with http.post(f"{bases[user % 2]}/api/v1/sessions", headers=auth,
+                                 json={"key": f"bench/u{user}", "platform": "web", "web_user": names[user]}) as resp:
+                body = await resp.text()
+        if resp.status not in (200, 201):
+            raise RuntimeError(f"session upsert failed: HTTP {resp.status} {body[:300]}")
+
+    async def one(n: int, waiter: Waiter) -> None:
+        payload = {"session": f"bench/u{waiter.user}", "name": "ask_user_questions",
+                   "arguments": {"questions": [{"question": waiter.call.question, "header": "bench",
+                                                "options": [{"label": "Alpha", "description": "first"},
+                                                            {"label": "Beta"}]}]},
+                   "timeout_seconds": ASK_TIMEOUT}
+        async with semaphore:
+            async with http.post(f"{bases[n % 2]}/api/v1/tools/call", json=payload, headers=auth) as resp:
+                body = await resp.text()
+        try:
+            ask_id = json.loads(body)["ask"]["id"]
+        except (ValueError, KeyError, TypeError):
+            ask_id = None
+        if resp.status != 200 or not ask_id:
+            if len(failures) < 5:
+                failures.append(f"HTTP {resp.status}: {body[:300]}")
+            return
+        waiter.call.ask_id = waiter.call.ask_id or ask_id
+        by_ask[ask_id] = waiter
+
+    users = sorted({w.user for w in waiters})
+    await asyncio.wait_for(asyncio.gather(*(session(u) for u in users)), 60 + len(users) / 5)
+    await asyncio.wait_for(asyncio.gather(*(one(n, w) for n, w in enumerate(waiters))), 120 + len(waiters) / 5)
+    if failures:
+        raise RuntimeError(f"ask creation failed: {failures}")
+
+
+async def rest_wait(http: aiohttp.ClientSession, base: str, key: str, waiter: Waiter, deadline: float) -> None:
+    """Long-poll the ask until it is no longer pending (a client sends the wait again when it comes
+    back pending after its 60 s, whether or not the answer was sent meanwhile), bounded by ``deadline``."""
+    call = waiter.call
+    headers = {"Authorization": f"Bearer {key}"}
+    try:
+        while True:
+            call.headers_sent = time.monotonic()
+            async with http.get(f"{base}/api/v1/asks/{call.ask_id}/wait?timeout={REST_WAIT}", headers=headers) as resp:
+                body = await resp.read()
+                call.arrived, call.status = time.monotonic(), resp.status
+            try:
+                data = json.loads(body)
+            except ValueError:
+                call.error = f"HTTP {resp.status}, not JSON: {body[:200]!r}"
+                return
+            # Still pending (its answer not sent, or not yet processed by a busy server): wait again.
+            if resp.status == 200 and data.get("status") == "pending" and time.monotonic() < deadline:
+                waiter.repolls += 1
+                continue
+            call.result = {"status": data.get("status"), "ask": data}  # the shape bench_mcp.check reads
+            return
+    except Exception as exc:  # noqa: BLE001 - every failure is a lost wait
+        call.arrived = time.monotonic()
+        call.error = f"{type(exc).__name__}: {exc}"[:200]
+    finally:
+        call.done = True
+
+
+async def answer_steadily(order: list[Waiter], answerers: dict[int, Socket], rate: float) -> tuple[float, float]:
+    start = time.monotonic() + 0.05
+    slip = 0.0
+    for index, waiter in enumerate(order):
+        target = start + index / rate
+        delay = target - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        slip = max(slip, time.monotonic() - target)
+        call = waiter.call
+        message = {"type": "ask_user_questions_result", "requestId": call.ask_id,
+                   "answers": [{"question": call.question, "selectedLabels": [call.label], "customInput": None}]}
+        call.answer_sent = time.monotonic()
+        ws = answerers[waiter.user].ws
+        assert ws is not None
+        await ws.send_str(json.dumps(message))
+    return time.monotonic() - start, slip * 1000
+
+
+async def bench(args: argparse.Namespace, ports: list[int], servers: list[subprocess.Popen],
+                setup: dict[str, Any]) -> dict[str, Any]:
+    pids = [s.pid for s in servers]
+    bases = [f"http://{HOST}:{p}" for p in ports]
+    key, names, sessions, cookie_name = setup["key"], setup["names"], setup["sessions"], setup["cookie_name"]
+    report: dict[str, Any] = {"load_start": os.getloadavg()[0], "rss": {}}
+    await wait_serving(bases, servers)
+    report["rss"]["idle"] = snapshot_rss(pids)
+
+    users = len(names)
+    waiters: list[Waiter] = []
+    for i in range(args.waiters):
+        user = i // args.per_user
+        kind = KINDS[i % 3]
+        answer_server, watcher_server = PLACEMENTS[user % 4]
+        server = watcher_server if kind == "panel" else (i // 3 + user) % 2
+        call = Call(index=i, question=f"scaleout {kind} question {i}: which one?", label="Alpha" if i % 2 else "Beta")
+        waiters.append(Waiter(i, kind, user, server, answer_server, call))
+    by_question = {w.call.question: w for w in waiters}
+    by_ask: dict[str, Waiter] = {}
+    sockets = [Socket(u, PLACEMENTS[u % 4][role], ("answerer", "watcher")[role], by_question)
+               for u in range(users) for role in (0, 1)]
+    answerers = {s.user: s for s in sockets if s.role == "answerer"}
+    by_kind = {k: [w for w in waiters if w.kind == k] for k in KINDS}
+    report["counts"] = {k: len(v) for k, v in by_kind.items()}
+    report["sockets"] = [sum(1 for s in sockets if s.server == n) for n in (0, 1)]
+    report["parked_per_server"] = {k: [sum(1 for w in v if w.server == n) for n in (0, 1)] for k, v in by_kind.items()}
+
+    timeout = aiohttp.ClientTimeout(total=None, connect=30, sock_read=REST_WAIT + 60)
+    connector = aiohttp.TCPConnector(limit=0, limit_per_host=0)
+    readers: list[asyncio.Task] = []
+    tasks: list[asyncio.Future] = []
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as http:
+        try:
+            # --- panel sockets
+            t0 = time.monotonic()
+            readers = await connect_sockets(sockets, ports, cookie_name, sessions, by_ask, http)
+            await asyncio.sleep(0.5)
+            refused = [s.closed for s in sockets if s.closed]
+            if refused:
+                raise RuntimeError(f"{len(refused)} panel sockets were refused, e.g. {refused[0]}")
+            await quiet_all(pids, 30)
+            report["sockets_seconds"] = time.monotonic() - t0
+            report["rss"]["sockets"] = snapshot_rss(pids)
+            say(f"  {len(sockets)} panel sockets connected in {report['sockets_seconds']:.1f} s; RSS "
+                + " / ".join(f"{mb(r):.0f}" for r in report["rss"]["sockets"]) + " MB")
+
+            # --- REST and panel-only asks, shown on both sockets of their user
+            t0 = time.monotonic()
+            created = by_kind["rest"] + by_kind["panel"]
+            await create_asks(http, bases, key, names, created, args.create_concurrency, by_ask)
+            user_sockets: dict[int, list[Socket]] = {}
+            for s in sockets:
+                user_sockets.setdefault(s.user, []).append(s)
+            await until_stalled(lambda: unshown(created, user_sockets), 60 + len(created) / 20)
+            report["unshown"] = unshown(created, user_sockets)
+            await quiet_all(pids, 30)
+            report["create_seconds"] = time.monotonic() - t0
+            report["rss"]["asks"] = snapshot_rss(pids)
+            say(f"  {len(created)} REST + panel-only asks created and shown in {report['create_seconds']:.1f} s")
+
+            # --- REST long-polls
+            t0 = time.monotonic()
+            deadline = time.monotonic() + args.bound
+            tasks += [asyncio.ensure_future(rest_wait(http, bases[w.server], key, w, deadline)) for w in by_kind["rest"]]
+            await until(lambda: all(w.call.headers_sent for w in by_kind["rest"]), 60 + len(by_kind["rest"]) / 50)
+            await quiet_all(pids, 30)
+            report["rest_park_seconds"] = time.monotonic() - t0
+            report["rss"]["rest"] = snapshot_rss(pids)
+            report["rest_early"] = sum(1 for w in by_kind["rest"] if w.call.done)
+            say(f"  {len(by_kind['rest'])} REST long-polls parked in {report['rest_park_seconds']:.1f} s")
+
+            # --- MCP calls (each creates its ask and parks)
+            t0 = time.monotonic()
+            window = asyncio.Semaphore(args.create_concurrency)
+
+            async def mcp_one(w: Waiter) -> None:
+                query = urlencode({"session": f"bench/u{w.user}/mcp", "platform": "web", "web_user": names[w.user]})
+                task = asyncio.ensure_future(mcp_call(http, bases[w.server], key, query, w.call, ASK_TIMEOUT, modern=False))
+                try:
+                    shown = asyncio.ensure_future(w.call.shown.wait())
+                    try:
+                        await asyncio.wait({task, shown}, timeout=20, return_when=asyncio.FIRST_COMPLETED)
+                    finally:
+                        shown.cancel()
+                finally:
+                    window.release()
+                try:
+                    await task
+                except Exception as exc:  # noqa: BLE001 - every failure is a lost call
+                    w.call.arrived = w.call.arrived or time.monotonic()
+                    w.call.error = f"{type(exc).__name__}: {exc}"[:200]
+                finally:
+                    w.call.done = True
+
+            async def launch() -> None:
+                for w in by_kind["mcp"]:
+                    await window.acquire()
+                    tasks.append(asyncio.ensure_future(mcp_one(w)))
+
+            launcher = asyncio.ensure_future(launch())
+            bound = 60 + len(by_kind["mcp"]) / 5
+            await until(lambda: launcher.done() and all(w.call.shown.is_set() or w.call.done for w in by_kind["mcp"]),
+                        bound, 0.2)
+            if not launcher.done():
+                launcher.cancel()
+                raise RuntimeError(f"the MCP calls were not all launched within {bound:.0f} s")
+            await quiet_all(pids, 30)
+            report["mcp_park_seconds"] = time.monotonic() - t0
+            report["rss"]["mcp"] = snapshot_rss(pids)
+            report["mcp_early"] = sum(1 for w in by_kind["mcp"] if w.call.done)
+            report["unshown"] += unshown(by_kind["mcp"], user_sockets)
+            report["threads_parked"] = [proc_status(p).get("Threads", 0) for p in pids]
+            say(f"  {len(by_kind['mcp'])} MCP calls parked in {report['mcp_park_seconds']:.1f} s; RSS "
+                + " / ".join(f"{mb(r):.0f}" for r in report["rss"]["mcp"]) + " MB")
+
+            # --- answers: users in turn, so the answering process alternates
+            order = sorted((w for w in waiters if w.call.ask_id), key=lambda w: (w.index % args.per_user, w.user))
+            report["unanswerable"] = len(waiters) - len(order)
+            cpu = [proc_cpu_seconds(p) for p in pids]
+            report["answer_seconds"], report["slip_ms"] = await answer_steadily(order, answerers, args.rate)
+            await settle(tasks, REST_WAIT + 60)
+            await until(lambda: all(w.watcher_woke and w.call.ack for w in order), 30, 0.2)
+            report["cpu_answer"] = [proc_cpu_seconds(p) - c for p, c in zip(pids, cpu)]
+            report["hwm"] = [proc_status(p).get("VmHWM", 0) for p in pids]
+            report["other"] = [m for s in sockets for m in s.other][:3]
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            for s in sockets:
+                if s.ws is not None and not s.ws.closed:
+                    await s.ws.close()
+            for r in readers:
+                r.cancel()
+            await asyncio.gather(*readers, return_exceptions=True)
+
+    # --- check every waiter
+    lost: dict[str, int] = {}
+    examples: list[str] = []
+    wakes: dict[tuple[str, bool], list[float]] = {}
+
+    def bad(kind: str, detail: str) -> None:
+        lost[kind] = lost.get(kind, 0) + 1
+        if len(examples) < 6:
+            examples.append(f"{kind}: {detail}")
+
+    answer_shown = {s.user: s.shown for s in sockets if s.role == "answerer"}
+    watch_shown = {s.user: s.shown for s in sockets if s.role == "watcher"}
+    for w in waiters:
+        call = w.call
+        if call.ask_id is None:
+            bad(f"{w.kind}: never shown", str(w.index))
+            continue
+        if w.kind in ("rest", "mcp"):
+            problem = check("mcp" if w.kind == "mcp" else "rest", call)
+            if problem is None:
+                wakes.setdefault((w.kind, w.crossing), []).append((call.arrived - call.answer_sent) * 1000)
+            else:
+                bad(f"{w.kind}: {problem[0]}", problem[1])
+        watcher_crossing = PLACEMENTS[w.user % 4][1] != w.answer_server
+        if w.watcher_woke is None or call.answer_sent is None:
+            bad("panel: watcher never heard the ask close", call.ask_id)
+        elif w.watcher_reason != "submitted":  # the reason of an answered ask
+            bad(f"panel: closed with reason {w.watcher_reason}", call.ask_id)
+        else:
+            wakes.setdefault(("panel", watcher_crossing), []).append((w.watcher_woke - call.answer_sent) * 1000)
+        for role, shown in (("answerer", w.user in answer_shown and call.ask_id in answer_shown[w.user]),
+                            ("watcher", w.user in watch_shown and call.ask_id in watch_shown[w.user])):
+            if not shown:
+                bad(f"panel: the {role} socket never showed the ask", call.ask_id)
+        if not (call.ack or {}).get("ok"):
+            bad("answer not acknowledged ok", f"{call.ask_id} {call.ack}")
+    for values in wakes.values():
+        values.sort()
+    report["wakes"] = wakes
+    report["lost"] = lost
+    report["examples"] = examples
+    report["repolls"] = sum(w.repolls for w in waiters)
+    report["crossing"] = {k: sum(1 for w in by_kind[k] if w.crossing) for k in KINDS}
+
+    # --- yardstick: the same servers, idle again
+    auth = {"Authorization": f"Bearer {key}"}
+    report["yardstick"] = []
+    for base in bases:
+        report["yardstick"].append({
+            "admin": await yardstick(base, "/admin/", {}, 20, args.yardstick_seconds, 302),
+            "healthz": await yardstick(base, "/healthz", auth, 20, args.yardstick_seconds, 200),
+        })
+    return report
+
+
+def print_report(args: argparse.Namespace, report: dict[str, Any], nofile: tuple[int, int]) -> None:
+    n = args.waiters
+    counts = report["counts"]
+    rss = report["rss"]
+    say()
+    say("=== askcards scale-out benchmark: two serve processes (A: serve + worker, B: serve --no-worker), "
+        "PostgreSQL + Redis ===")
+    say(f"waiters {n}: REST long-polls {counts['rest']}, MCP calls {counts['mcp']}, panel-only asks {counts['panel']}; "
+        f"panel sockets {sum(report['sockets'])} (A {report['sockets'][0]}, B {report['sockets'][1]}; 2 per web user, "
+        f"{args.per_user} asks each); answer rate {args.rate:g}/s; open-file limit {nofile[0]}; cores {os.cpu_count()}; "
+        f"load average at start {report['load_start']:.1f} / end {os.getloadavg()[0]:.1f} (other processes skew every figure)")
+    for kind in ("rest", "mcp"):
+        a, b = report["parked_per_server"][kind]
+        say(f"  {kind}: parked A {a} / B {b}; {report['crossing'][kind]} of them woken from the other process")
+    say(f"phases: sockets {report['sockets_seconds']:.1f} s, REST+panel asks {report['create_seconds']:.1f} s, "
+        f"REST parking {report['rest_park_seconds']:.1f} s, MCP parking {report['mcp_park_seconds']:.1f} s, answers "
+        f"{report['answer_seconds']:.1f} s (max schedule slip {report['slip_ms']:.0f} ms); REST re-polls after 60 s: "
+        f"{report['repolls']}; returned before any answer: REST {report['rest_early']}, MCP {report['mcp_early']}")
+    say(f"panel shows missing once parked ((ask, socket of its user) pairs without the ask's message): "
+        f"{report['unshown']} (counted below as lost: that user's tab does not show the ask)")
+    say(f"server CPU during answers+wakes: A {report['cpu_answer'][0]:.1f} s, B {report['cpu_answer'][1]:.1f} s")
+    say()
+    say("memory (VmRSS, MB)      " + "".join(f"{name:>10}" for name in NAMES))
+    steps = [("idle", "idle after start"), ("sockets", "+ panel sockets"), ("asks", "+ REST/panel asks"),
+             ("rest", "+ REST long-polls"), ("mcp", "+ MCP calls")]
+    for key, label in steps:
+        say(f"  {label:<22}" + "".join(f"{mb(v):>10.0f}" for v in rss[key]))
+    say("  peak (VmHWM)          " + "".join(f"{mb(v):>10.0f}" for v in report["hwm"]))
+    say(f"  threads with all parked: A {report['threads_parked'][0]}, B {report['threads_parked'][1]}")
+
+    def per(delta_key: str, base_key: str, count: list[int]) -> str:
+        parts = []
+        for s in (0, 1):
+            delta = rss[delta_key][s] - rss[base_key][s]
+            parts.append(f"{NAMES[s]} {delta / max(1, count[s]):.1f}")
+        total = sum(rss[delta_key]) - sum(rss[base_key])
+        return f"{total / max(1, sum(count)):.1f} kB (" + ", ".join(parts) + ")"
+
+    per_socket = per("sockets", "idle", report["sockets"])
+    per_rest = per("rest", "asks", report["parked_per_server"]["rest"])
+    per_mcp = per("mcp", "rest", report["parked_per_server"]["mcp"])
+    say(f"memory per waiter (RSS delta / count): panel socket {per_socket}; REST long-poll {per_rest}; "
+        f"MCP call {per_mcp}")
+    total_parked = sum(rss["mcp"]) - sum(rss["idle"])
+    waiters_total = counts["rest"] + counts["mcp"] + sum(report["sockets"])
+    overall = total_parked / max(1, waiters_total)
+    say(f"all parked (sockets + asks + long-polls + calls) minus idle: {mb(total_parked):.0f} MB over "
+        f"{waiters_total} connections = {overall:.1f} kB each")
+    say()
+    say("wake latency, answer sent -> waiter woke (ms):")
+    all_wakes: list[float] = []
+    for kind in KINDS:
+        for crossing in (False, True):
+            values = report["wakes"].get((kind, crossing), [])
+            all_wakes += values
+            say(f"  {kind:<5} {'crossing A<->B' if crossing else 'same process  '}  n={len(values):<6} "
+                f"p50 {percentile(values, 50):7.1f}   p99 {percentile(values, 99):7.1f}   "
+                f"max {values[-1] if values else float('nan'):7.1f}")
+    all_wakes.sort()
+    lost_total = sum(report["lost"].values())
+    say(f"  all    n={len(all_wakes)}  p50 {percentile(all_wakes, 50):.1f}   p99 {percentile(all_wakes, 99):.1f}")
+    say(f"lost or wrong: {lost_total}" + (f"  {report['lost']}" if report["lost"] else "")
+        + (f"; {report['unanswerable']} asks never shown, never answered" if report["unanswerable"] else ""))
+    for example in report["examples"]:
+        say(f"    e.g. {example}")
+    if report["other"]:
+        say(f"panel: unexpected messages e.g. {report['other']}")
+    say()
+    for s, y in enumerate(report["yardstick"]):
+        for name, label in (("admin", "GET /admin/ (302)"), ("healthz", "GET /healthz")):
+            figures = y[name]
+            extra = f"  unexpected {figures['unexpected']}" if figures["unexpected"] else ""
+            say(f"YARDSTICK {NAMES[s]} {label}: {figures['rps']:.0f} req/s, p50 {figures['p50']:.1f} ms, "
+                f"p99 {figures['p99']:.1f} ms (20 keep-alive clients, {args.yardstick_seconds:g} s){extra}")
+    trivial = sum(y["admin"]["rps"] for y in report["yardstick"])
+    say(f"RATIO answer rate / trivial view (both servers' GET /admin/ summed): {args.rate:g} / {trivial:.0f} = "
+        f"{args.rate / trivial if trivial else float('nan'):.3f}")
+    p99 = percentile(all_wakes, 99)
+    say()
+    say("targets (printed, not asserted): "
+        f"wake p99 < {WAKE_P99_TARGET_MS:.0f} ms: {p99 / WAKE_P99_TARGET_MS:.2f}x "
+        f"[{'ok' if p99 < WAKE_P99_TARGET_MS else 'MISSED'}]; "
+        f"memory per parked connection < {KB_PER_WAITER_TARGET:.0f} kB: {overall / KB_PER_WAITER_TARGET:.2f}x "
+        f"[{'ok' if overall < KB_PER_WAITER_TARGET else 'MISSED'}]; "
+        f"0 lost [{'ok' if lost_total == 0 else 'MISSED'}]")
+
+
+def create_database() -> str:
+    import psycopg
+    from psycopg import sql
+
+    name = f"askcards_bench_{secrets.token_hex(6)}"
+    with psycopg.connect(PG_ADMIN_DSN, autocommit=True, connect_timeout=5) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    return name
+
+
+def drop_database(name: str) -> None:
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(PG_ADMIN_DSN, autocommit=True, connect_timeout=5) as conn:
+        conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s "
+                     "AND pid <> pg_backend_pid()", (name,))
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
+
+
+def flush_redis() -> None:
+    import redis
+
+    client = redis.Redis.from_url(REDIS_URL, socket_timeout=5)
+    try:
+        client.flushdb()
+    finally:
+        client.close()
+
+
+def stop(server: subprocess.Popen) -> None:
+    if server.poll() is None:
+        server.send_signal(signal.SIGTERM)
+        try:
+            server.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait(timeout=10)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--waiters", type=int, default=10000, help="asks with a parked waiter, default 10000")
+    parser.add_argument("--rate", type=float, default=50.0, help="answers per second, default 50")
+    parser.add_argument("--per-user", type=int, default=10, help="pending asks per web user (2 sockets each), default 10")
+    parser.add_argument("--create-concurrency", type=int, default=20, help="creations in flight, default 20")
+    parser.add_argument("--yardstick-seconds", type=float, default=5.0)
+    parser.add_argument("--bound", type=float, default=1200.0, help="seconds after which REST waits stop re-polling")
+    parser.add_argument("--keep", action="store_true", help="keep the data dir with the server logs (debugging)")
+    args = parser.parse_args(argv)
+    if not 3 <= args.waiters <= 20000 or args.rate <= 0 or not 1 <= args.per_user <= 100:
+        parser.error("--waiters 3..20000, --rate > 0, --per-user 1..100")
+
+    nofile = raise_nofile_limit()  # before the servers start: they inherit it
+    users = math.ceil(args.waiters / args.per_user)
+    client_fds = 2 * users + 2 * args.waiters // 3 + 200
+    if nofile[0] < client_fds:
+        say(f"warning: open-file limit {nofile[0]} < {client_fds} this client needs; sockets may run out")
+    data_dir = Path(tempfile.mkdtemp(prefix="askcards-bench-scaleout-"))
+    db_name = create_database()
+    flush_redis()
+    env = {k: v for k, v in os.environ.items() if k not in {"DEBUG", "ALLOWED_HOSTS"}}
+    env.update({
+        "DATABASE_URL": f"postgres://postgres@{HOST}:5432/{db_name}",
+        "REDIS_URL": REDIS_URL,
+        "ASKCARDS_DATA_DIR": str(data_dir),
+        "ASKCARDS_SECRET_KEY": "bench",
+        "DJANGO_SETTINGS_MODULE": "project.settings",
+        "LOG_LEVEL": "WARNING",
+        "PYTHONUNBUFFERED": "1",
+    })
+    servers: list[subprocess.Popen] = []
+    logs = []
+    try:
+        say(f"setup: database {db_name}, Redis {REDIS_URL} (flushed), {users} web users, data dir {data_dir}")
+        run_manage(env, "migrate", "--no-input", "-v", "0")
+        setup = json.loads(run_python(env, SETUP % {"users": users}).strip().splitlines()[-1])
+        ports = [free_port(), free_port()]
+        for n, extra in enumerate(([], ["--no-worker"])):
+            log = open(data_dir / f"server-{NAMES[n]}.log", "wb")
+            logs.append(log)
+            servers.append(subprocess.Popen(
+                [PYTHON, "manage.py", "serve", f"{HOST}:{ports[n]}", "--no-migrate", *extra],
+                cwd=PROJECT_DIR, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            ))
+        say(f"server A pid {servers[0].pid} on :{ports[0]} (with the worker), B pid {servers[1].pid} on :{ports[1]}")
+        budget = 900 + args.waiters / 5 + args.waiters / args.rate
+        report = asyncio.run(asyncio.wait_for(bench(args, ports, servers, setup), budget))
+        print_report(args, report, nofile)
+        return 0
+    except BaseException:
+        for n in range(len(servers)):
+            path = data_dir / f"server-{NAMES[n]}.log"
+            tail = path.read_bytes()[-3000:].decode(errors="replace") if path.exists() else ""
+            if tail.strip():
+                say(f"--- server {NAMES[n]} log tail ---\n{tail}\n---")
+        raise
+    finally:
+        for server in servers:
+            stop(server)
+        for log in logs:
+            log.close()
+        try:
+            drop_database(db_name)
+        finally:
+            flush_redis()
+            if args.keep:
+                say(f"kept {data_dir}")
+            else:
+                shutil.rmtree(data_dir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
