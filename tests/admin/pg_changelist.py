@@ -7,7 +7,7 @@ For every list (asks, sessions, outbox, audit) unfiltered and under each filter 
 the rare values of ``tests.bench.seed.RARE``), as a signed-in superuser through Django's test
 client: the page's time (median of ``--rounds``), each statement it ran, PostgreSQL's plan of each
 (EXPLAIN, FORMAT JSON; estimates only, nothing is run twice), the tables any plan scans
-sequentially, and the COUNT statements. Prints one JSON document (tests/admin/test_large_lists.py
+sequentially, and the COUNT statements. Prints one JSON document (tests/scale/test_admin_lists_at_size.py
 and tests/bench/README.md read it). ``ASKCARDS_DB_PREPARE=0``: the captured statements then carry
 their parameters inline, so they can be explained as they are.
 """

@@ -9,7 +9,7 @@ pending asks one at a time with ``services.ask_cancel`` (the same transition cor
 conditional UPDATE, audit row, outbox event with the agent's sequence bump, one transaction),
 ``--transitions`` of them, or fewer if the pruning finishes first. Prints one JSON document: rows
 deleted, batches, the pruning's wall time and its slowest batch, and how long each transition
-took and whether it overlapped the pruning (tests/services/test_retention_postgres.py and
+took and whether it overlapped the pruning (tests/scale/test_retention_at_size.py and
 tests/bench/README.md read it). Needs a seeded database (``tests.bench.seed``).
 """
 from __future__ import annotations

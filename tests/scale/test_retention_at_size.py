@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-pytestmark = [pytest.mark.postgres, pytest.mark.xdist_group("large_tables")]
+pytestmark = pytest.mark.postgres
 
 TRANSITIONS = 40
 
