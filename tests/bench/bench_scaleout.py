@@ -50,7 +50,6 @@ import math
 import os
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -80,7 +79,7 @@ from tests.bench.bench_longpoll import (
     wait_quiet,
     yardstick,
 )
-from tests.bench.bench_mcp import Call, check, mcp_call
+from tests.bench.bench_mcp import Call, check, mcp_call, stop_server
 
 PG_ADMIN_DSN = f"postgresql://postgres@{HOST}:5432/test"
 REDIS_URL = f"redis://{HOST}:6379/13"
@@ -648,16 +647,6 @@ def flush_redis() -> None:
         client.close()
 
 
-def stop(server: subprocess.Popen) -> None:
-    if server.poll() is None:
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait(timeout=10)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--waiters", type=int, default=10000, help="asks with a parked waiter, default 10000")
@@ -717,7 +706,7 @@ def main(argv: list[str] | None = None) -> int:
         raise
     finally:
         for server in servers:
-            stop(server)
+            stop_server(server)
         for log in logs:
             log.close()
         try:
