@@ -56,6 +56,127 @@ def row_values(model: type[models.Model], connection: BaseDatabaseWrapper, **val
     return [column(field) for field in fields], params
 
 
+# ------------------------------------------------------------------------- callback receipts
+
+
+def callback_receipt_insert(*, platform: str, event_id: str, created_at: datetime) -> bool:
+    """Record a callback's (platform, event id); False when that pair is recorded already.
+
+    ``INSERT … ON CONFLICT DO NOTHING`` (PostgreSQL and SQLite): a duplicate changes nothing and
+    leaves the caller's transaction usable without a savepoint, and a concurrent duplicate waits
+    for the first one's transaction, then inserts nothing if it committed."""
+    from askcards.models import CallbackReceipt
+
+    connection = _connection_for(CallbackReceipt)
+    with connection.cursor() as cursor:
+        cursor.execute(_receipt_sql(connection.alias), [platform, event_id, _db_datetime(connection, created_at)])
+        return cursor.rowcount == 1
+
+
+@functools.lru_cache(maxsize=None)
+def _receipt_sql(alias: str) -> str:
+    from askcards.models import CallbackReceipt
+
+    connection = connections[alias]
+    platform, event_id = quote(connection, "platform"), quote(connection, "event_id")
+    return (
+        f"INSERT INTO {quote(connection, CallbackReceipt._meta.db_table)} ({platform}, {event_id}, "
+        f"{quote(connection, 'created_at')}) VALUES (%s, %s, %s) ON CONFLICT ({platform}, {event_id}) DO NOTHING"
+    )
+
+
+# ------------------------------------------------------------------------------ ask endings
+
+
+def ask_close(
+    pk: str,
+    *,
+    from_status: str,
+    changes: dict[str, Any],
+    respondent: tuple[str, dict[str, Any]] | None,
+    missing: bool,
+    audit: dict[str, Any],
+) -> bool:
+    """The terminal transition's writes: the ask's row moves from ``from_status`` with
+    ``changes`` (status, reason, closed_at, result); if it did, the answering ``respondent``
+    (its respondent_key and the row's new values) and, when ``missing``, every other pending
+    respondent (to missing) change too, and the ``audit`` row (an ``AskEvent``'s values but the
+    ask) is added. False, with nothing written, when the ask was not in ``from_status``.
+
+    PostgreSQL: one statement (data-modifying ``WITH`` parts, each gated on the ask's update),
+    where the ORM made three to five round trips inside every answer's transaction. Another
+    database: the same writes by the ORM (SQLite allows no UPDATE inside WITH)."""
+    from askcards.models import Ask, AskEvent, Respondent
+
+    connection = _connection_for(Ask)
+    if connection.vendor != "postgresql":
+        if not Ask.objects.filter(pk=pk, status=from_status).update(**changes):
+            return False
+        pending = Respondent.objects.filter(ask_id=pk, status=Respondent.Status.PENDING)
+        if respondent is not None:
+            key, values = respondent
+            pending.filter(respondent_key=key).update(**values)
+        if missing:
+            pending.update(status=Respondent.Status.MISSING)
+        AskEvent.objects.create(ask_id=pk, **audit)
+        return True
+    ask_fields = {field.name: field for field in Ask._meta.concrete_fields}
+    respondent_fields = {field.name: field for field in Respondent._meta.concrete_fields}
+    params = [ask_fields[name].get_db_prep_save(value, connection) for name, value in changes.items()]
+    params += [pk, from_status]
+    if respondent is not None:
+        key, values = respondent
+        params += [respondent_fields[name].get_db_prep_save(value, connection) for name, value in values.items()]
+        params += [key, Respondent.Status.PENDING]
+    if missing:
+        params += [Respondent.Status.MISSING, Respondent.Status.PENDING, respondent[0] if respondent else ""]
+    columns, values = row_values(AskEvent, connection, ask_id=pk, **audit)
+    del values[columns.index("ask_id")]  # the updated row's id takes its place
+    sql = _ask_close_sql(
+        connection.alias, tuple(changes), tuple(respondent[1]) if respondent is not None else None, missing
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params + values)
+        return cursor.fetchone()[0] == 1
+
+
+@functools.lru_cache(maxsize=None)
+def _ask_close_sql(alias: str, changes: tuple[str, ...], respondent: tuple[str, ...] | None, missing: bool) -> str:
+    from askcards.models import Ask, AskEvent, Respondent
+
+    connection = connections[alias]
+    q = functools.partial(quote, connection)
+    ask_columns = {field.name: column(field) for field in Ask._meta.concrete_fields}
+    respondent_columns = {field.name: column(field) for field in Respondent._meta.concrete_fields}
+    ask_table, respondent_table = q(Ask._meta.db_table), q(Respondent._meta.db_table)
+    parts = [
+        f"won AS (UPDATE {ask_table} SET {', '.join(f'{q(ask_columns[name])} = %s' for name in changes)} "
+        f"WHERE {q('id')} = %s AND {q('status')} = %s RETURNING {q('id')})"
+    ]
+    # Two parts must not update one row (each sees the rows as they were before the statement):
+    # the pending respondents that go missing leave out the one who answered.
+    if respondent is not None:
+        parts.append(
+            f"answered AS (UPDATE {respondent_table} SET "
+            f"{', '.join(f'{q(respondent_columns[name])} = %s' for name in respondent)} "
+            f"WHERE {q('ask_id')} IN (SELECT {q('id')} FROM won) AND {q('respondent_key')} = %s AND {q('status')} = %s)"
+        )
+    if missing:
+        parts.append(
+            f"missing AS (UPDATE {respondent_table} SET {q('status')} = %s "
+            f"WHERE {q('ask_id')} IN (SELECT {q('id')} FROM won) AND {q('status')} = %s AND {q('respondent_key')} <> %s)"
+        )
+    fields = insert_fields(AskEvent)
+    values = [
+        f"won.{q('id')}" if field.name == "ask" else f"CAST(%s AS {field.cast_db_type(connection)})" for field in fields
+    ]
+    parts.append(
+        f"audit AS (INSERT INTO {q(AskEvent._meta.db_table)} ({', '.join(q(column(field)) for field in fields)}) "
+        f"SELECT {', '.join(values)} FROM won)"
+    )
+    return f"WITH {', '.join(parts)} SELECT COUNT(*) FROM won"
+
+
 # ------------------------------------------------------------------------------- the outbox
 
 
