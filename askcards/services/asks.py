@@ -22,6 +22,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from askcards import events, jsonlimits, outbox, surfaces, tools
+from askcards.db import statements
 from askcards.errors import InvalidInput
 from askcards.models import Ask, AskEvent, OutboxEvent, Respondent, Session
 
@@ -254,24 +255,26 @@ def close(
             )
         if result is None:
             result = _result_on_close(ask, status, reason, from_status in expected)
-        won = from_status in expected and Ask.objects.filter(pk=ask.pk, status__in=expected).update(
-            status=status, reason=reason, closed_at=now, result=result
+        row = None
+        if respondent is not None:
+            key, row_status, answers = respondent  # the respondent_key of the person who answered
+            row = (key, {"status": row_status, "answers": answers, "answered_at": now, "surface": surface})
+        won = from_status in expected and statements.ask_close(
+            ask.pk,
+            from_status=from_status,
+            changes={"status": status, "reason": reason, "closed_at": now, "result": result},
+            respondent=row,
+            # A targeted collection ends: whoever has not responded is missing.
+            missing=ask.target_type != Ask.Target.NONE,
+            audit={
+                "kind": AskEvent.Kind.CLOSED, "from_status": from_status, "to_status": status, "actor": actor,
+                "surface": surface, "detail": {"reason": reason, **(detail or {})}, "created_at": now,
+            },
         )
         if not won:
             audit_ignored(ask, f"{status}/{reason}", actor, surface, current=None if len(expected) == 1 else from_status)
             return False
         ask.status, ask.reason, ask.closed_at, ask.result = status, reason, now, result
-        if respondent is not None:
-            key, row_status, answers = respondent  # the respondent_key of the person who answered
-            Respondent.objects.filter(ask_id=ask.pk, respondent_key=key, status=Respondent.Status.PENDING).update(
-                status=row_status, answers=answers, answered_at=now, surface=surface
-            )
-        if ask.target_type != Ask.Target.NONE:
-            # A targeted collection ends: whoever has not responded is missing.
-            Respondent.objects.filter(ask_id=ask.pk, status=Respondent.Status.PENDING).update(
-                status=Respondent.Status.MISSING
-            )
-        audit(ask, AskEvent.Kind.CLOSED, from_status, status, actor, surface, {"reason": reason, **(detail or {})})
         surfaces.mark_changed(ask)
         # Last: the event's sequence number locks the agent's row until commit, and every answer
         # to any of the agent's asks waits for that lock (seen in tests/bench as transactions
