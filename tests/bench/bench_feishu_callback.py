@@ -186,6 +186,13 @@ class Phase:
     def pct(self, value: float) -> float:
         return percentile(self.latencies, value) * 1000
 
+    @property
+    def service_cpu_ms(self) -> float:
+        """CPU per passing request across the server, the worker and PostgreSQL (what serving it
+        cost askcards' side: not the benchmark's clients nor the Feishu stand-in), in ms."""
+        total = self.server_cpu + self.worker_cpu + (self.postgres_cpu or 0.0)
+        return total / self.ok * 1000 if self.ok else float("nan")
+
     def error(self, kind: str, example: str) -> None:
         self.errors[kind] = self.errors.get(kind, 0) + 1
         if len(self.error_examples) < 3:
@@ -616,7 +623,7 @@ def print_report(args: argparse.Namespace, results: list[TargetResult]) -> None:
             f"in {r.seed_seconds:.1f} s; load average {r.load_start:.1f} at start, {r.load_end:.1f} at end")
         say(f"  {'clients':>7} {'view':<9} {'req/s':>7} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} "
             f"{'ok':>6} {'errors':>6} "
-            f"{'srv CPU':>8} {'wrk CPU':>8} {'pg CPU':>8} {'cli CPU':>8} {'stub CPU':>8} {'PATCHes':>7}")
+            f"{'srv CPU':>8} {'wrk CPU':>8} {'pg CPU':>8} {'cli CPU':>8} {'stub CPU':>8} {'PATCHes':>7} {'CPU/req':>8}")
         for healthz, callback in r.phases:
             for phase in (healthz, callback):
                 biggest = phase.latencies[-1] * 1000 if phase.latencies else float("nan")
@@ -625,7 +632,8 @@ def print_report(args: argparse.Namespace, results: list[TargetResult]) -> None:
                     f"{biggest:>8.1f} {phase.ok:>6} {sum(phase.errors.values()):>6} {phase.server_cpu:>7.1f}s "
                     f"{phase.worker_cpu:>7.1f}s "
                     + (f"{phase.postgres_cpu:>7.1f}s " if phase.postgres_cpu is not None else f"{'-':>8} ")
-                    + f"{phase.client_cpu:>7.1f}s {phase.stub_cpu:>7.1f}s {phase.patches:>7}")
+                    + f"{phase.client_cpu:>7.1f}s {phase.stub_cpu:>7.1f}s {phase.patches:>7} "
+                    f"{phase.service_cpu_ms:>5.1f} ms")
                 for example in phase.error_examples:
                     say(f"      e.g. {example}")
                 if phase.exhausted_after is not None:
@@ -633,8 +641,10 @@ def print_report(args: argparse.Namespace, results: list[TargetResult]) -> None:
         say("  targets (printed, not asserted):")
         for healthz, callback in r.phases:
             share = callback.rps / healthz.rps if healthz.rps else float("nan")
-            line = (f"    {callback.clients:>2} clients: callback throughput {share:.0%} of /healthz (>= 40%) "
-                    f"[{mark(share >= 0.40)}]; ")
+            cost = callback.service_cpu_ms / healthz.service_cpu_ms
+            line = (f"    {callback.clients:>2} clients: CPU per submit {callback.service_cpu_ms:.1f} ms = {cost:.1f}x "
+                    f"a /healthz's {healthz.service_cpu_ms:.1f} ms (<= 3x) [{mark(cost <= 3)}]; "
+                    f"callback throughput {share:.0%} of /healthz (>= 50%) [{mark(share >= 0.50)}]; ")
             if callback.clients == min(args.clients):
                 factor = callback.pct(99) / healthz.pct(99) if healthz.latencies else float("nan")
                 line += f"p99 {factor:.1f}x /healthz's (<= 3x) [{mark(factor <= 3)}]; "
