@@ -17,10 +17,17 @@ from django.db import close_old_connections, connections
 from django.utils import timezone
 
 from . import outbox, services, surfaces
+from .surfaces import web
 
 logger = logging.getLogger(__name__)
 
-HOUSEKEEPING_EVERY = timedelta(minutes=1)  # answer purge, callback receipts, audit and outbox pruning
+HOUSEKEEPING_EVERY = timedelta(minutes=1)  # answer purge, callback receipts, audit and outbox pruning, stale panels
+# After a pass that pushed cards, the card-sync lane waits this long before the next: a burst of
+# clicks (each marking another card) is then pushed in batches, each pass's fixed queries shared
+# by many pushes, instead of a pass per click. The person who clicked already has the new card
+# (the callback's response); this delays only the copies elsewhere, and a card's own pushes are
+# paced at 200 ms anyway (surfaces.sync.CARD_PUSH_INTERVAL).
+CARD_SYNC_GATHER_SECONDS = 0.1
 
 
 def settle(report: surfaces.SyncReport) -> None:
@@ -64,7 +71,7 @@ class Worker:
         if self._last_housekeeping is not None and now - self._last_housekeeping < HOUSEKEEPING_EVERY:
             return 0
         self._last_housekeeping = now
-        done = services.purge_answers(now=now) + services.callback_receipts_purge(now=now)
+        done = services.purge_answers(now=now) + services.callback_receipts_purge(now=now) + web.presence_purge_stale()
         for kind, prune in (("audit", services.audit_prune), ("outbox", services.outbox_prune)):
             report = prune(now=now, after=self._prune_after[kind])
             self._prune_after[kind] = report.resume_after
@@ -84,6 +91,13 @@ class Worker:
         """One pass over every lane; returns the amount of work done."""
         return sum(self._pass(lane) for lane in self.lanes)
 
+    def pause_after(self, lane, busy: int) -> float:
+        """Seconds a lane waits before its next pass: the tick when it found nothing, none when it
+        did (more may be waiting), but card sync gathers for a moment (CARD_SYNC_GATHER_SECONDS)."""
+        if not busy:
+            return settings.ASKCARDS_WORKER_TICK_SECONDS
+        return CARD_SYNC_GATHER_SECONDS if lane == self.card_sync else 0.0
+
     def _loop(self, lane, stop: threading.Event) -> None:
         while not stop.is_set():
             try:
@@ -91,8 +105,9 @@ class Worker:
             except Exception:
                 logger.exception("worker lane %s failed; retrying", lane.__name__)
                 busy = 0
-            if not busy:
-                stop.wait(settings.ASKCARDS_WORKER_TICK_SECONDS)
+            pause = self.pause_after(lane, busy)
+            if pause:
+                stop.wait(pause)
 
     def run_forever(self, stop: threading.Event) -> None:
         """Blocking loop for the standalone worker process: one thread per lane."""
@@ -120,5 +135,6 @@ class Worker:
             except Exception:
                 logger.exception("worker lane %s failed; retrying", lane.__name__)
                 busy = 0
-            if not busy:
-                await asyncio.sleep(settings.ASKCARDS_WORKER_TICK_SECONDS)
+            pause = self.pause_after(lane, busy)
+            if pause:
+                await asyncio.sleep(pause)

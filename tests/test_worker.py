@@ -32,3 +32,25 @@ def test_worker_once_command_reports_work(pending_ask, capsys):
     call_command("askcards_worker", "--once")
     pending_ask.refresh_from_db()
     assert pending_ask.status == "expired"
+
+
+def test_housekeeping_drops_panel_presence_gone_stale(db):
+    from askcards.models import PanelPresence
+    from askcards.surfaces.web import PRESENCE_TTL
+
+    now = timezone.now()
+    PanelPresence.objects.create(channel_name="crashed", username="ann", last_seen=now - PRESENCE_TTL - timedelta(seconds=1))
+    PanelPresence.objects.create(channel_name="live", username="bob", last_seen=now)
+    Worker().housekeeping()
+    assert list(PanelPresence.objects.values_list("channel_name", flat=True)) == ["live"]
+
+
+def test_card_sync_gathers_after_a_busy_pass_and_other_lanes_do_not():
+    from django.conf import settings
+
+    from askcards.worker import CARD_SYNC_GATHER_SECONDS
+
+    worker = Worker()
+    assert worker.pause_after(worker.card_sync, 3) == CARD_SYNC_GATHER_SECONDS > 0
+    assert worker.pause_after(worker.deadlines, 3) == worker.pause_after(worker.deliveries, 3) == 0
+    assert worker.pause_after(worker.card_sync, 0) == settings.ASKCARDS_WORKER_TICK_SECONDS

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from django.utils import timezone
@@ -17,7 +17,7 @@ from askcards import events, selectors
 from askcards.models import Ask, PanelPresence, Respondent, Session
 from askcards.tools import dingtalk_ask_user_question as dt
 
-from .base import Surface, SyncReport
+from .base import Surface
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +45,8 @@ def is_present(username: str) -> bool:
 
 
 def presence_purge_stale() -> int:
+    """Drop presence rows no panel refreshed within ``PRESENCE_TTL`` (a crashed process's): the
+    worker's housekeeping, once a minute; readers compare ``last_seen`` themselves."""
     return PanelPresence.objects.filter(last_seen__lt=timezone.now() - PRESENCE_TTL).delete()[0]
 
 
@@ -197,10 +199,6 @@ class WebSurface(Surface):
         # Everything the panel says about the ending is in the message; sockets re-read only the
         # ask's history entry (the panel user's own answers).
         self._push(ask, {"type": "panel.withdraw", "ask_id": ask.id, "message": cancelled_message(ask)})
-
-    def sync_due(self, now: datetime, report: SyncReport) -> int:
-        presence_purge_stale()
-        return 0
 
     def _push(self, ask: Ask, message: dict[str, Any]) -> None:
         if ask.session.web_user:
