@@ -3,12 +3,9 @@ from __future__ import annotations
 
 import re
 import shlex
-from datetime import datetime, timedelta
 from typing import Any
 
-from django.conf import settings
 from django.db import IntegrityError, models, transaction
-from django.utils import timezone
 
 from askcards import selectors
 from askcards.errors import InvalidInput, WebUserNotGranted
@@ -170,34 +167,11 @@ def callback_receipt(*, platform: str, event_id: str) -> bool:
     The unique (platform, event_id) row decides: a duplicate's insert fails inside its own
     savepoint, leaving the caller's transaction usable, and a concurrent duplicate waits for the
     first and then fails. (A hand-written ``ON CONFLICT DO NOTHING`` saved under 5 % of a Feishu
-    submit in tests/bench, so the ORM does it.)"""
+    submit in tests/bench, so the ORM does it.) Receipts are kept for
+    ``retention.CALLBACK_RECEIPT_TTL``, then pruned by ``retention.receipts_prune``."""
     try:
         with transaction.atomic():
             CallbackReceipt.objects.create(platform=platform, event_id=event_id[:200])
     except IntegrityError:
         return False
     return True
-
-
-# How long a callback receipt is kept. Feishu re-delivers within minutes; a DingTalk signature
-# pair stays acceptable for at most 2 × ASKCARDS_DINGTALK_CALLBACK_SKEW_SECONDS (≤ 2 h).
-CALLBACK_RECEIPT_TTL = timedelta(days=1)
-
-
-def callback_receipts_purge(*, now: datetime | None = None) -> int:
-    """Drop receipts older than ``CALLBACK_RECEIPT_TTL``, oldest first, ``ASKCARDS_PRUNE_BATCH``
-    at a time (over the created_at index), each batch its own short transaction; at most
-    ``ASKCARDS_PRUNE_BATCHES_PER_PASS`` batches a pass. Returns how many were dropped."""
-    cutoff = (now or timezone.now()) - CALLBACK_RECEIPT_TTL
-    dropped = 0
-    for _ in range(settings.ASKCARDS_PRUNE_BATCHES_PER_PASS):
-        ids = list(
-            CallbackReceipt.objects.filter(created_at__lt=cutoff)
-            .order_by("created_at")
-            .values_list("pk", flat=True)[: settings.ASKCARDS_PRUNE_BATCH]
-        )
-        if ids:
-            dropped += CallbackReceipt.objects.filter(pk__in=ids).delete()[0]
-        if len(ids) < settings.ASKCARDS_PRUNE_BATCH:
-            break
-    return dropped
