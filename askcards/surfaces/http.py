@@ -136,15 +136,25 @@ def call_with_retries(
 
 class _CacheOutage:
     """Whether this process last found the token cache failing: one warning when an outage
-    starts, one line when the cache answers again, nothing in between."""
+    starts, one line when the cache answers again, nothing in between. While it is down the
+    cache is tried again at most once every ``retry_seconds`` (``skip``): a Redis that times out
+    instead of refusing would otherwise cost every platform call its socket timeout."""
 
-    def __init__(self) -> None:
+    def __init__(self, retry_seconds: float = 5.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.retry_seconds = retry_seconds
+        self._clock = clock
         self._lock = threading.Lock()
         self.down = False
+        self._retry_at = 0.0
+
+    def skip(self) -> bool:
+        """Whether to leave the cache alone for now: it failed less than ``retry_seconds`` ago."""
+        return self.down and self._clock() < self._retry_at
 
     def failed(self, operation: str, key_owner: str, exc: Exception) -> None:
         with self._lock:
             started, self.down = not self.down, True
+            self._retry_at = self._clock() + self.retry_seconds
         if started:
             logger.warning(
                 "token cache %s failed for %s (%s): access tokens are kept in this process until it answers again",
@@ -207,7 +217,8 @@ class TokenCache:
     An outage of the cache backend (Redis down) must not stop platform calls: a failed read falls
     back on this process's own copy of the token (``_LocalTokens``, written whenever a token is
     stored), a miss when it has none or it expired, and a failed write or delete is dropped, so the
-    client fetches a token at most once per app and outage and carries on. Forgetting a token (the
+    client fetches a token at most once per app and outage and carries on; for a few seconds after
+    a failure the cache is not tried at all (``_CacheOutage.skip``). Forgetting a token (the
     platform refused it) drops the process's copy too. The log says so once per outage, naming the
     app, never the token. ``clock`` times the local copy (the client's clock, monotonic)."""
 
@@ -217,6 +228,8 @@ class TokenCache:
         self._clock = clock
 
     def get(self) -> str | None:
+        if _outage.skip():
+            return _local_tokens.get(self.key, self._clock())
         try:
             token = cache.get(self.key)
         except Exception as exc:
@@ -227,6 +240,8 @@ class TokenCache:
 
     def set(self, token: str, ttl: float) -> None:
         _local_tokens.put(self.key, token, self._clock() + ttl)
+        if _outage.skip():
+            return
         try:
             cache.set(self.key, token, timeout=ttl)
         except Exception as exc:
@@ -236,6 +251,8 @@ class TokenCache:
 
     def delete(self) -> None:
         _local_tokens.drop(self.key)
+        if _outage.skip():
+            return
         try:
             cache.delete(self.key)
         except Exception as exc:

@@ -3,10 +3,13 @@ from __future__ import annotations
 import json
 import logging
 import socket
+import threading
 import time
 
 import pytest
+from django.conf import settings
 from django.core.cache import cache
+from django.test import override_settings
 
 from askcards.surfaces import http
 from askcards.surfaces.feishu.cards import render_progress_card
@@ -171,6 +174,56 @@ def test_a_token_refused_during_an_outage_is_not_used_again(fake_feishu, client,
 
     assert len(fake_feishu.token_requests) == 2
     assert [r.code for r in fake_feishu.calls("PATCH")] == [99991663, 0, 0]
+    assert fake_feishu.messages[message.message_id].card == CARD
+
+
+def test_a_redis_that_stops_answering_costs_one_timeout_not_a_hung_push(fake_feishu, client, monkeypatch):
+    from tests.fakes.cache import silent_server
+
+    monkeypatch.setattr(http, "_outage", http._CacheOutage())
+    monkeypatch.setattr(http, "_local_tokens", http._LocalTokens())
+    done: list[float] = []
+    with silent_server() as port, override_settings(CACHES={"default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": f"redis://127.0.0.1:{port}/11",
+        "OPTIONS": settings.REDIS_CACHE_OPTIONS,  # the service's own, as with REDIS_URL
+    }}):
+
+        def pushes() -> None:
+            started = time.monotonic()
+            message = _sent(client)
+            client.patch_card(message.message_id, DONE)
+            client.patch_card(message.message_id, CARD)
+            done.append(time.monotonic() - started)
+
+        thread = threading.Thread(target=pushes, daemon=True)
+        thread.start()
+        thread.join(20)
+
+    assert done, "the pushes still hang on the silent cache after 20 s"
+    # One read timed out (1 s); the write and the next reads left the cache alone for a while.
+    assert done[0] < 3.5, f"three pushes took {done[0]:.1f} s"
+    assert len(fake_feishu.token_requests) == 1
+    assert [r.code for r in fake_feishu.calls("PATCH")] == [0, 0]
+
+
+def test_a_failed_cache_is_tried_again_every_few_seconds_not_on_every_call(fake_feishu, client, clock, flaky_cache,
+                                                                            monkeypatch):
+    monkeypatch.setattr(http, "_outage", http._CacheOutage(retry_seconds=5, clock=clock.now))
+    flaky_cache.down = True
+    message = _sent(client)
+    client.patch_card(message.message_id, DONE)
+    assert flaky_cache.calls_refused == 1  # the first read; the write and the next read skipped it
+
+    clock.sleep(5)
+    client.patch_card(message.message_id, CARD)
+    assert flaky_cache.calls_refused == 2
+
+    flaky_cache.down = False
+    clock.sleep(5)
+    client.patch_card(message.message_id, DONE)  # the cache again: empty, so a token is fetched and shared
+    other = FeishuClient(fake_feishu.app_id, fake_feishu.app_secret, fake_feishu.base_url)
+    other.patch_card(message.message_id, CARD)
+    assert len(fake_feishu.token_requests) == 2
     assert fake_feishu.messages[message.message_id].card == CARD
 
 
