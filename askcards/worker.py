@@ -46,7 +46,7 @@ class Worker:
     def __init__(self) -> None:
         self._last_housekeeping: datetime | None = None
         # Where each prune walk resumes on the next pass (services.retention).
-        self._prune_after: dict[str, int | None] = {"audit": None, "outbox": None}
+        self._prune_after: dict[str, int | None] = {"audit": None, "outbox": None, "receipts": None}
         self.lanes = (self.deadlines, self.deliveries, self.card_sync, self.housekeeping)
 
     # Each lane: one pass, returns the work it found. Connections are closed after every pass.
@@ -71,8 +71,10 @@ class Worker:
         if self._last_housekeeping is not None and now - self._last_housekeeping < HOUSEKEEPING_EVERY:
             return 0
         self._last_housekeeping = now
-        done = services.purge_answers(now=now) + services.callback_receipts_purge(now=now) + web.presence_purge_stale()
-        for kind, prune in (("audit", services.audit_prune), ("outbox", services.outbox_prune)):
+        done = services.purge_answers(now=now) + web.presence_purge_stale()
+        for kind, prune in (
+            ("audit", services.audit_prune), ("outbox", services.outbox_prune), ("receipts", services.receipts_prune)
+        ):
             report = prune(now=now, after=self._prune_after[kind])
             self._prune_after[kind] = report.resume_after
             if report.deleted:

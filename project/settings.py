@@ -239,6 +239,11 @@ else:
     }
 
 REDIS_URL = os.environ.get("REDIS_URL", "")
+# The cache holds the platforms' access tokens (askcards.surfaces.http.TokenCache), read before
+# every card push: a Redis that stops answering (hung, or its host unreachable) costs a push at
+# most these seconds, then the process's own copy of the token serves, instead of the push (and
+# the worker lane behind it) waiting for ever, redis-py's default.
+REDIS_CACHE_OPTIONS = {"socket_connect_timeout": 1.0, "socket_timeout": 1.0}
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
@@ -246,7 +251,8 @@ if REDIS_URL:
             "CONFIG": {"hosts": [REDIS_URL], "capacity": 1000, "expiry": 60},
         }
     }
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
+                          "OPTIONS": REDIS_CACHE_OPTIONS}}
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "askcards.layers.ThrottledInMemoryChannelLayer", "CONFIG": {"capacity": 1000}}}
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}

@@ -65,12 +65,15 @@ def no_cached_bots():
 @pytest.fixture
 def flaky_cache(settings, monkeypatch):
     """Django's cache on a backend that can go down like a Redis server (set ``.down``), up at
-    first, with a fresh record of token-cache outages so the log shows this test's alone."""
+    first, with a fresh record of token-cache outages so the log shows this test's alone, and no
+    access token kept by this process yet. The cache is tried on every call, failed or not (the
+    service waits a few seconds between tries once it failed: tests/feishu/test_client.py)."""
     from askcards.surfaces import http
     from tests.fakes.cache import FlakyCache
 
     settings.CACHES = {"default": {"BACKEND": "tests.fakes.cache.FlakyCache", "LOCATION": "askcards-flaky-cache"}}
-    monkeypatch.setattr(http, "_outage", http._CacheOutage())
+    monkeypatch.setattr(http, "_outage", http._CacheOutage(retry_seconds=0))
+    monkeypatch.setattr(http, "_local_tokens", http._LocalTokens())
     FlakyCache.down, FlakyCache.calls_refused = False, 0
     yield FlakyCache
     FlakyCache.down, FlakyCache.calls_refused = False, 0

@@ -2,11 +2,11 @@
 
 - ``asks`` — the terminal-transition core: activation, answers, every ending, audit rows.
 - ``tool_calls`` — one pipeline for every tool: validate → reserve → deliver → activate.
-- ``sessions`` — upsert, grants, inbound messages, an agent's restart, callback receipts.
+- ``sessions`` — upsert, grants, inbound messages, an agent's restart, a callback's receipt.
 - ``feishu_progress`` — the Feishu progress card's runs and its cancel button.
 - ``dingtalk`` — the DingTalk tool's list/cancel actions and clicks on its cards (and on the panel).
 - ``agents`` — agents, keys, grants, their event feed, and the platform bots.
-- ``retention`` — batched pruning of old audit rows and delivered outbox events.
+- ``retention`` — batched pruning of old audit rows, delivered outbox events and callback receipts.
 
 Entry points import ``askcards.services`` and call the names below; the modules import one
 another only downwards (``asks`` imports none of them).
@@ -46,12 +46,10 @@ from .asks import (
 )
 from .dingtalk import DINGTALK_SURFACE, ClickResult, PanelAnswer, dingtalk_callback, dingtalk_click, dingtalk_panel_answer
 from .feishu_progress import card_delivery_failed, card_touch, progress_put, session_cancel_request
-from .retention import PruneReport, audit_prune, outbox_prune
+from .retention import CALLBACK_RECEIPT_TTL, PruneReport, audit_prune, outbox_prune, receipts_prune
 from .sessions import (
-    CALLBACK_RECEIPT_TTL,
     agent_recover,
     callback_receipt,
-    callback_receipts_purge,
     infer_platform,
     session_bot,
     session_check_web_user,
@@ -63,11 +61,11 @@ from .tool_calls import DEFAULT_TIMEOUT_SECONDS, MAX_TIMEOUT_SECONDS, ToolCallOu
 
 __all__ = [
     "BOT_BASE_URLS", "CALLBACK_RECEIPT_TTL", "DEFAULT_TIMEOUT_SECONDS", "DINGTALK_SURFACE", "MAX_TIMEOUT_SECONDS",
-    "SYSTEM", "AnswerOutcome", "PruneReport", "audit_prune", "outbox_prune", "ClickResult", "ToolCallOutcome", "agent_create", "agent_grant", "agent_grants_set",
+    "SYSTEM", "AnswerOutcome", "PruneReport", "audit_prune", "outbox_prune", "receipts_prune", "ClickResult", "ToolCallOutcome", "agent_create", "agent_grant", "agent_grants_set",
     "agent_recover", "agent_revoke", "agent_rotate_key", "agent_webhook_url_check", "ask_activate", "ask_answer",
     "ask_cancel", "ask_click_rejected", "ask_expire", "ask_invalidate", "ask_result_returned",
     "ask_result_undeliverable", "bot_add", "bot_get", "bot_remove", "bot_test", "bot_update", "bot_warnings",
-    "BotCheck", "BotRemoval", "callback_receipt", "callback_receipts_purge", "card_delivery_failed", "card_touch",
+    "BotCheck", "BotRemoval", "callback_receipt", "card_delivery_failed", "card_touch",
     "dingtalk_callback", "dingtalk_click", "dingtalk_panel_answer", "PanelAnswer",
     "events_acknowledge", "events_retry", "expire_due", "infer_platform", "progress_put", "purge_answers",
     "session_bot", "session_cancel_request", "session_check_web_user", "session_message", "session_recover",

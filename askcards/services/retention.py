@@ -1,13 +1,14 @@
-"""Bounded growth of the append-only tables: audit rows (``AskEvent``) and outbox events are
-pruned in small batches once they are old and safe to drop (callback receipts: see
-``sessions.callback_receipts_purge``; answer bodies: ``asks.purge_answers``).
+"""Bounded growth of the append-only tables: audit rows (``AskEvent``), outbox events and callback
+receipts are pruned in small batches once they are old and safe to drop (answer bodies:
+``asks.purge_answers``).
 
 Safe means: an audit row only once its ask closed more than ``ASKCARDS_AUDIT_RETENTION_DAYS``
 ago (never a row of an open ask), an outbox event only once it was delivered or given up more
-than ``ASKCARDS_EVENT_RETENTION_DAYS`` ago (never one an agent has still to receive). 0 keeps
-them forever.
+than ``ASKCARDS_EVENT_RETENTION_DAYS`` ago (never one an agent has still to receive), 0 keeping
+them forever; a callback receipt once it is older than ``CALLBACK_RECEIPT_TTL``, when no platform
+can deliver its callback again.
 
-How, at a million rows: both tables are walked in id order (ids grow with time) through windows
+How, at a million rows: the tables are walked in id order (ids grow with time) through windows
 of ``ASKCARDS_PRUNE_BATCH`` consecutive ids: one SELECT of the window's prunable ids over the
 primary key, then one ``DELETE … WHERE id IN (…)``, each its own short autocommit transaction.
 A batch locks only the rows it deletes, rows no answer, click or delivery ever writes again, so
@@ -28,9 +29,15 @@ from django.db import models
 from django.db.models import BooleanField, Case, Q, When
 from django.utils import timezone
 
-from askcards.models import AskEvent, OutboxEvent
+from askcards.models import AskEvent, CallbackReceipt, OutboxEvent
 
-Row = TypeVar("Row", AskEvent, OutboxEvent)
+Row = TypeVar("Row", AskEvent, OutboxEvent, CallbackReceipt)
+
+# How long a callback receipt (services.callback_receipt) is kept: longer than any platform can
+# deliver the same callback again, or a re-delivery would be handled twice. Feishu re-delivers
+# within minutes; a DingTalk signature pair stays acceptable for at most
+# 2 × ASKCARDS_DINGTALK_CALLBACK_SKEW_SECONDS (at most 2 h, settings caps the skew at an hour).
+CALLBACK_RECEIPT_TTL = timedelta(days=1)
 
 
 @dataclass(frozen=True)
@@ -65,6 +72,13 @@ def outbox_prune(*, now: datetime | None = None, after: int | None = None) -> Pr
     cutoff = (now or timezone.now()) - timedelta(days=days)
     safe = Q(delivered_at__lt=cutoff) | Q(delivered_at__isnull=True, failed_at__lt=cutoff)
     return _prune(OutboxEvent, safe, cutoff, after)
+
+
+def receipts_prune(*, now: datetime | None = None, after: int | None = None) -> PruneReport:
+    """Delete callback receipts older than ``CALLBACK_RECEIPT_TTL`` (always on: unlike the
+    retention settings, the receipts' lifetime is the platforms' re-delivery window)."""
+    cutoff = (now or timezone.now()) - CALLBACK_RECEIPT_TTL
+    return _prune(CallbackReceipt, Q(created_at__lt=cutoff), cutoff, after)
 
 
 def _prune(model: type[Row], safe: Q, cutoff: datetime, after: int | None) -> PruneReport:

@@ -3,17 +3,15 @@ from __future__ import annotations
 
 import re
 import shlex
-from datetime import datetime, timedelta
 from typing import Any
 
-from django.conf import settings
 from django.db import IntegrityError, models, transaction
 from django.utils import timezone
 
 from askcards import selectors
 from askcards.db import statements
 from askcards.errors import InvalidInput, WebUserNotGranted
-from askcards.models import Agent, Ask, Bot, CallbackReceipt, Session
+from askcards.models import Agent, Ask, Bot, Session
 
 from .asks import ask_invalidate
 from .feishu_progress import progress_recovering
@@ -171,29 +169,7 @@ def callback_receipt(*, platform: str, event_id: str) -> bool:
     The unique (platform, event_id) row decides, inside the caller's transaction: a concurrent
     duplicate waits for the first and then records nothing. A hand-written statement
     (``db.statements.callback_receipt_insert``): the ORM's insert needed a savepoint to survive a
-    duplicate, two more round trips on every click (tests/bench/README.md, the click path)."""
+    duplicate, two more round trips on every click (tests/bench/README.md, the click path).
+    Receipts are kept for ``retention.CALLBACK_RECEIPT_TTL``, then pruned by
+    ``retention.receipts_prune``."""
     return statements.callback_receipt_insert(platform=platform, event_id=event_id[:200], created_at=timezone.now())
-
-
-# How long a callback receipt is kept. Feishu re-delivers within minutes; a DingTalk signature
-# pair stays acceptable for at most 2 × ASKCARDS_DINGTALK_CALLBACK_SKEW_SECONDS (≤ 2 h).
-CALLBACK_RECEIPT_TTL = timedelta(days=1)
-
-
-def callback_receipts_purge(*, now: datetime | None = None) -> int:
-    """Drop receipts older than ``CALLBACK_RECEIPT_TTL``, oldest first, ``ASKCARDS_PRUNE_BATCH``
-    at a time (over the created_at index), each batch its own short transaction; at most
-    ``ASKCARDS_PRUNE_BATCHES_PER_PASS`` batches a pass. Returns how many were dropped."""
-    cutoff = (now or timezone.now()) - CALLBACK_RECEIPT_TTL
-    dropped = 0
-    for _ in range(settings.ASKCARDS_PRUNE_BATCHES_PER_PASS):
-        ids = list(
-            CallbackReceipt.objects.filter(created_at__lt=cutoff)
-            .order_by("created_at")
-            .values_list("pk", flat=True)[: settings.ASKCARDS_PRUNE_BATCH]
-        )
-        if ids:
-            dropped += CallbackReceipt.objects.filter(pk__in=ids).delete()[0]
-        if len(ids) < settings.ASKCARDS_PRUNE_BATCH:
-            break
-    return dropped

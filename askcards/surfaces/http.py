@@ -12,6 +12,7 @@ import logging
 import os
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -135,18 +136,28 @@ def call_with_retries(
 
 class _CacheOutage:
     """Whether this process last found the token cache failing: one warning when an outage
-    starts, one line when the cache answers again, nothing in between."""
+    starts, one line when the cache answers again, nothing in between. While it is down the
+    cache is tried again at most once every ``retry_seconds`` (``skip``): a Redis that times out
+    instead of refusing would otherwise cost every platform call its socket timeout."""
 
-    def __init__(self) -> None:
+    def __init__(self, retry_seconds: float = 5.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.retry_seconds = retry_seconds
+        self._clock = clock
         self._lock = threading.Lock()
         self.down = False
+        self._retry_at = 0.0
+
+    def skip(self) -> bool:
+        """Whether to leave the cache alone for now: it failed less than ``retry_seconds`` ago."""
+        return self.down and self._clock() < self._retry_at
 
     def failed(self, operation: str, key_owner: str, exc: Exception) -> None:
         with self._lock:
             started, self.down = not self.down, True
+            self._retry_at = self._clock() + self.retry_seconds
         if started:
             logger.warning(
-                "token cache %s failed for %s (%s): fetching access tokens from the platform until it answers again",
+                "token cache %s failed for %s (%s): access tokens are kept in this process until it answers again",
                 operation, key_owner, type(exc).__name__,
             )
 
@@ -156,33 +167,81 @@ class _CacheOutage:
         with self._lock:
             ended, self.down = self.down, False
         if ended:
-            logger.info("token cache answers again; access tokens are cached once more")
+            logger.info("token cache answers again; access tokens are shared once more")
 
 
 _outage = _CacheOutage()
 
 
+class _LocalTokens:
+    """This process's own copy of the access tokens it was given or fetched, one per app, read only
+    while the shared cache fails: an outage then costs a process one token request per app, not
+    one per platform call. A copy expires when its entry in the shared cache does (the token's
+    expiry less the client's safety margin, by the client's clock); at most ``limit`` apps are
+    kept, the longest unrefreshed going first."""
+
+    def __init__(self, limit: int = 256) -> None:
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._tokens: OrderedDict[str, tuple[str, float]] = OrderedDict()
+
+    def get(self, key: str, now: float) -> str | None:
+        with self._lock:
+            entry = self._tokens.get(key)
+            if entry is None:
+                return None
+            token, expires_at = entry
+            if now >= expires_at:
+                del self._tokens[key]
+                return None
+            return token
+
+    def put(self, key: str, token: str, expires_at: float) -> None:
+        with self._lock:
+            self._tokens.pop(key, None)
+            self._tokens[key] = (token, expires_at)
+            while len(self._tokens) > self.limit:
+                self._tokens.popitem(last=False)
+
+    def drop(self, key: str) -> None:
+        with self._lock:
+            self._tokens.pop(key, None)
+
+
+_local_tokens = _LocalTokens()
+
+
 class TokenCache:
     """One app's access token in Django's cache, shared by every process of the deployment.
 
-    An outage of the cache backend (Redis down) must not stop platform calls: a failed read is a
-    miss and a failed write or delete is dropped, so the client fetches a token itself and carries
-    on. The log says so once per outage, naming the app, never the token."""
+    An outage of the cache backend (Redis down) must not stop platform calls: a failed read falls
+    back on this process's own copy of the token (``_LocalTokens``, written whenever a token is
+    stored), a miss when it has none or it expired, and a failed write or delete is dropped, so the
+    client fetches a token at most once per app and outage and carries on; for a few seconds after
+    a failure the cache is not tried at all (``_CacheOutage.skip``). Forgetting a token (the
+    platform refused it) drops the process's copy too. The log says so once per outage, naming the
+    app, never the token. ``clock`` times the local copy (the client's clock, monotonic)."""
 
-    def __init__(self, key: str, owner: str):
+    def __init__(self, key: str, owner: str, clock: Callable[[], float] = time.monotonic):
         self.key = key
         self.owner = owner  # who the token is for, as the log names it ("Feishu app cli_x")
+        self._clock = clock
 
     def get(self) -> str | None:
+        if _outage.skip():
+            return _local_tokens.get(self.key, self._clock())
         try:
             token = cache.get(self.key)
         except Exception as exc:
             _outage.failed("read", self.owner, exc)
-            return None
+            return _local_tokens.get(self.key, self._clock())
         _outage.answered()
         return token if isinstance(token, str) and token else None
 
     def set(self, token: str, ttl: float) -> None:
+        _local_tokens.put(self.key, token, self._clock() + ttl)
+        if _outage.skip():
+            return
         try:
             cache.set(self.key, token, timeout=ttl)
         except Exception as exc:
@@ -191,6 +250,9 @@ class TokenCache:
         _outage.answered()
 
     def delete(self) -> None:
+        _local_tokens.drop(self.key)
+        if _outage.skip():
+            return
         try:
             cache.delete(self.key)
         except Exception as exc:

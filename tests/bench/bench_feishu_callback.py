@@ -102,6 +102,12 @@ QUESTIONS = [
     },
 ]
 
+# Live cards to answer, made by the services as the API would (bench_scale's hot fixture too):
+# ``cards`` Feishu p2p sessions ``feishu-<app>-private-ou_<label>_<n>``, each with a running
+# progress card and ``per_card`` pending asks; then the cards count as sent and in sync (message
+# id ``om_<label>_<pk>``): a run measures callbacks, not the first sends. Prints one JSON line:
+# the asks (round-robin over the cards, so consecutive submits land on different cards), the
+# session keys, how many of their asks are pending, and the seconds it took (seed_cards runs it).
 SEED = r"""
 import json, sys, time, django
 django.setup()
@@ -114,15 +120,16 @@ from askcards.models import Agent, Ask, Bot, CardMessage
 params = json.loads(sys.argv[1])
 agent = Agent.objects.get(name=params["agent"])
 bot = Bot.objects.get(platform="feishu", app_id=params["app_id"])
-per_card, cards, chunk = params["per_card"], params["cards"], 20
+per_card, cards, label, chunk = params["per_card"], params["cards"], params["label"], 20
+prefix = f"feishu-{bot.app_id}-private-ou_{label}_"
 started = time.monotonic()
-by_card = []
+by_card, keys = [], []
 for first in range(0, cards, chunk):
     with transaction.atomic():
         for number in range(first, min(cards, first + chunk)):
-            key = f"feishu-{bot.app_id}-private-ou_bench_{number:05d}"
+            key = f"{prefix}{number:05d}"
             session, _ = services.session_upsert(agent=agent, key=key, bot=bot)
-            services.progress_put(session=session, status="running", title=f"Bench task {number}",
+            services.progress_put(session=session, status="running", title=f"{label.title()} task {number}",
                                   content="Working on the benchmark task: **step 3 of 5**, reading the logs.")
             asks = []
             for _ in range(per_card):
@@ -132,17 +139,18 @@ for first in range(0, cards, chunk):
                     raise SystemExit(f"seed ask not pending: {out.status} {out.tool_result}")
                 asks.append(out.ask.id)
             by_card.append((session.id, session.user_id, asks))
-# The cards count as sent and in sync: the run measures callbacks, not the first sends.
-CardMessage.objects.filter(bot=bot).update(
-    message_id=Concat(Value("om_bench_"), Cast("id", CharField())), synced_version=F("version"), next_sync_at=None
+            keys.append(key)
+cards_sent = CardMessage.objects.filter(bot=bot, progress_card__session__key__startswith=prefix)
+cards_sent.update(
+    message_id=Concat(Value(f"om_{label}_"), Cast("id", CharField())), synced_version=F("version"), next_sync_at=None
 )
-messages = dict(CardMessage.objects.filter(bot=bot).values_list("progress_card__session_id", "message_id"))
-pending = Ask.objects.filter(status=Ask.Status.PENDING).count()
+messages = dict(cards_sent.values_list("progress_card__session_id", "message_id"))
+pending = Ask.objects.filter(status=Ask.Status.PENDING, session__key__startswith=prefix).count()
 order = []
 for position in range(per_card):  # round-robin over the cards
     for session_id, user_id, asks in by_card:
         order.append([asks[position], session_id, user_id, messages[session_id], position])
-json.dump({"asks": order, "pending": pending, "seconds": time.monotonic() - started}, open(params["out"], "w"))
+print(json.dumps({"asks": order, "keys": keys, "pending": pending, "seconds": time.monotonic() - started}))
 """
 
 
@@ -509,15 +517,16 @@ async def measure(args: argparse.Namespace, result: TargetResult, base: str, stu
         result.note += f" stub saw {stats['unknown']} unexpected requests;"
 
 
-def seed(env: dict[str, str], data_dir: Path, cards: int, per_card: int) -> dict[str, Any]:
-    out = data_dir / "seed.json"
+def seed_cards(env: dict[str, str], cards: int, per_card: int, *, label: str = "bench",
+               timeout: float = SETUP_TIMEOUT) -> dict[str, Any]:
+    """Run SEED in its own process against ``env``'s database (agent AGENT, the bot of APP_ID)."""
     params = {"agent": AGENT, "app_id": APP_ID, "cards": cards, "per_card": per_card, "questions": QUESTIONS,
-              "out": str(out)}
+              "label": label}
     proc = subprocess.run([PYTHON, "-c", SEED, json.dumps(params)], cwd=PROJECT_DIR, env=env, capture_output=True,
-                          text=True, timeout=SETUP_TIMEOUT)
+                          text=True, timeout=timeout)
     if proc.returncode != 0:
         raise RuntimeError(f"seeding failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    return json.loads(out.read_text())
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def run_target(args: argparse.Namespace, target: str) -> TargetResult:
@@ -556,7 +565,7 @@ def run_target(args: argparse.Namespace, target: str) -> TargetResult:
         total = args.asks or args.asks_per_level * len(args.clients)
         per_card = args.asks_per_card or total
         cards = -(-total // per_card)
-        seeded = seed(env, data_dir, cards, per_card)
+        seeded = seed_cards(env, cards, per_card)
         pool = deque(PendingSubmit(*row) for row in seeded["asks"])
         result.seeded, result.seed_seconds, result.cards = len(pool), seeded["seconds"], cards
         if seeded["pending"] != len(pool):

@@ -58,13 +58,15 @@ USERNAME = "benchuser"
 MISSING_ASK = "q_00000000000000000000000000000000"
 CAPACITY_P99_MS = 100.0  # the wake p99 a sustained answer rate must keep
 
+# A user (``create``: create_user, or create_superuser for the admin's pages) and a logged-in
+# session of theirs, written directly to the session store (setup_user runs it).
 SETUP_USER = r"""
 import json, django
 django.setup()
 from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
 from django.contrib.sessions.backends.db import SessionStore
 from django.conf import settings
-user = get_user_model().objects.create_user(%(username)r, password="bench-password-1234")
+user = getattr(get_user_model().objects, %(create)r)(%(username)r, password="bench-password-1234")
 session = SessionStore()
 session[SESSION_KEY] = user._meta.pk.value_to_string(user)
 session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
@@ -114,6 +116,13 @@ def run_python(env: dict[str, str], code: str) -> str:
     if proc.returncode != 0:
         raise RuntimeError(f"setup script failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     return proc.stdout
+
+
+def setup_user(env: dict[str, str], username: str, *, superuser: bool = False) -> dict[str, str]:
+    """Create ``username`` (a superuser with ``superuser``) and a logged-in session of theirs: the
+    username, the session cookie's name and its value (``session_key``)."""
+    create = "create_superuser" if superuser else "create_user"
+    return json.loads(run_python(env, SETUP_USER % {"create": create, "username": username}).strip().splitlines()[-1])
 
 
 def proc_status(pid: int) -> dict[str, int]:
@@ -754,7 +763,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         say(f"setup in {data_dir}")
         run_manage(env, "migrate", "--no-input", "-v", "0")
-        cookie = json.loads(run_python(env, SETUP_USER % {"username": USERNAME}).strip().splitlines()[-1])
+        cookie = setup_user(env, USERNAME)
         created = run_manage(env, "askcards_agent", "create", "bench", "--grant", USERNAME, "--json")
         key = json.loads(created.strip().splitlines()[-1])["key"]
         log = open(log_path, "wb")

@@ -68,7 +68,6 @@ from tests.bench.bench_longpoll import (
     MISSING_ASK,
     PROJECT_DIR,
     PYTHON,
-    SETUP_USER,
     Profiler,
     answer_steadily,
     free_port,
@@ -79,9 +78,9 @@ from tests.bench.bench_longpoll import (
     proc_status,
     raise_nofile_limit,
     run_manage,
-    run_python,
     say,
     settle,
+    setup_user,
     until,
     wait_quiet,
     wait_until_serving,
@@ -752,7 +751,7 @@ def main(argv: list[str] | None = None) -> int:
             args.snapshot_dir = data_dir
             say(f"{variant}: setup in {data_dir}")
             run_manage(env, "migrate", "--no-input", "-v", "0")
-            cookie = json.loads(run_python(env, SETUP_USER % {"username": USERNAME}).strip().splitlines()[-1])
+            cookie = setup_user(env, USERNAME)
             created = run_manage(env, "askcards_agent", "create", "bench", "--grant", USERNAME, "--json")
             key = json.loads(created.strip().splitlines()[-1])["key"]
             port = args.port or free_port()

@@ -71,10 +71,11 @@ from tests.bench.bench_feishu_callback import (
     pg_admin,
     pg_available,
     read_stub_port,
+    seed_cards,
     submit_request,
     wait_until_serving,
 )
-from tests.bench.bench_longpoll import HOST, PYTHON, PROJECT_DIR, free_port, percentile, run_manage, run_python, say
+from tests.bench.bench_longpoll import HOST, PYTHON, PROJECT_DIR, free_port, percentile, run_manage, say, setup_user
 
 TARGET = 1.5  # seeded / empty
 AGENT = "bench"
@@ -83,62 +84,6 @@ START_TIMEOUT = 60
 STEP_TIMEOUT = 1800  # seconds for any one seeding or measuring subprocess / SQL statement
 PER_CARD = 5
 QUICK = {"closed": 50_000, "pending": 5_000, "sessions": 500}
-
-SETUP_STAFF = r"""
-import json, django
-django.setup()
-from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
-from django.contrib.sessions.backends.db import SessionStore
-from django.conf import settings
-user = get_user_model().objects.create_superuser(%(username)r, password="bench-password-1234")
-session = SessionStore()
-session[SESSION_KEY] = user._meta.pk.value_to_string(user)
-session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
-session[HASH_SESSION_KEY] = user.get_session_auth_hash()
-session.create()
-print(json.dumps({"cookie_name": settings.SESSION_COOKIE_NAME, "session_key": session.session_key}))
-"""
-
-# The hot fixture: made by the services, as the API would, on both databases alike.
-HOT_SEED = r"""
-import json, sys, django
-django.setup()
-from django.db import transaction
-from django.db.models import CharField, F, Value
-from django.db.models.functions import Cast, Concat
-from askcards import services
-from askcards.models import Agent, Bot, CardMessage
-
-params = json.loads(sys.argv[1])
-agent = Agent.objects.get(name=params["agent"])
-bot = Bot.objects.get(platform="feishu", app_id=params["app_id"])
-by_card, keys = [], []
-for number in range(params["cards"]):
-    with transaction.atomic():
-        key = f"feishu-{bot.app_id}-private-ou_hot{number:04d}"
-        session, _ = services.session_upsert(agent=agent, key=key, bot=bot)
-        services.progress_put(session=session, status="running", title=f"Hot task {number}",
-                              content="Working on the benchmark task: **step 3 of 5**, reading the logs.")
-        asks = []
-        for _ in range(params["per_card"]):
-            out = services.tool_call(agent=agent, session=session, name="ask_user_questions",
-                                     arguments={"questions": params["questions"]}, timeout_seconds=3600)
-            if out.status != "pending" or out.ask is None:
-                raise SystemExit(f"seed ask not pending: {out.status} {out.tool_result}")
-            asks.append(out.ask.id)
-        by_card.append((session.id, session.user_id, asks))
-        keys.append(key)
-CardMessage.objects.filter(bot=bot, progress_card__session__key__in=keys).update(
-    message_id=Concat(Value("om_hot_"), Cast("id", CharField())), synced_version=F("version"), next_sync_at=None
-)
-messages = dict(CardMessage.objects.filter(bot=bot, progress_card__session__key__in=keys)
-                .values_list("progress_card__session_id", "message_id"))
-order = []
-for position in range(params["per_card"]):  # round-robin over the cards
-    for session_id, user_id, asks in by_card:
-        order.append([asks[position], session_id, user_id, messages[session_id], position])
-print(json.dumps({"asks": order, "keys": keys}))
-"""
 
 # The worker's steps, timed in their own process against one database.
 WORKER = r"""
@@ -669,7 +614,7 @@ def prepare(db: Db, stub_base: str) -> None:
                "--verification-token", VERIFICATION_TOKEN, "--encrypt-key", ENCRYPT_KEY, "--base-url", stub_base,
                "--name", "bench")
     db.key = json.loads(run_manage(db.env, "askcards_agent", "create", AGENT, "--json").strip().splitlines()[-1])["key"]
-    db.cookie = json.loads(run_python(db.env, SETUP_STAFF % {"username": USERNAME}).strip().splitlines()[-1])
+    db.cookie = setup_user(db.env, USERNAME, superuser=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -728,8 +673,7 @@ def main(argv: list[str] | None = None) -> int:
         say(f"[seeded] bulk seeding took {time.monotonic() - started:.0f} s")
         cards = -(-(args.callbacks + 1) // PER_CARD)
         for db in dbs:
-            hot = run_script(db, HOT_SEED, {"agent": AGENT, "app_id": APP_ID, "cards": cards, "per_card": PER_CARD,
-                                            "questions": QUESTIONS})
+            hot = seed_cards(db.env, cards, PER_CARD, label="hot", timeout=STEP_TIMEOUT)
             db.pool = [PendingSubmit(*row) for row in hot["asks"]]
             db.detail_ask = db.pool.pop().ask_id
             db.keys = hot["keys"]

@@ -62,14 +62,17 @@ def test_token_with_more_than_60_seconds_left_is_reused(sleeps):
         assert client.access_token() == client.access_token()
 
 
-def test_a_token_cache_outage_costs_a_token_request_not_the_call(client, fake, flaky_cache):
+def test_a_token_cache_outage_costs_one_token_request_not_one_per_call(client, fake, flaky_cache):
     flaky_cache.down = True
 
     deliver(client, "ask_1")
-    client.update_card("ask_1", {"card_status": "expired"})
+    for status in ("submitted", "expired"):
+        client.update_card("ask_1", {"card_status": status})
+    other = DingTalkClient(fake.client_id, fake.client_secret, base_url=fake.base_url, sleep=lambda s: None)
+    deliver(other, "ask_2")  # another client of the app in this process (another thread's)
 
     assert flaky_cache.calls_refused > 0
-    assert len(fake.requests_to(TOKEN_PATH)) == 2
+    assert len(fake.requests_to(TOKEN_PATH)) == 1
     assert fake.card_params("ask_1")["card_status"] == "expired"
 
 
@@ -97,9 +100,26 @@ def test_tokens_are_cached_again_once_the_cache_is_back(client, fake, flaky_cach
     flaky_cache.down = True
     client.update_card("ask_1", {"card_status": "cancelled"})
 
-    assert len(fake.requests_to(TOKEN_PATH)) == 3  # outage, the cache's first miss, the second outage
+    # The outage's, then the (empty) cache's first miss; the second outage uses this process's copy.
+    assert len(fake.requests_to(TOKEN_PATH)) == 2
     assert sum("token cache read failed" in r.getMessage() for r in caplog.records) == 2  # once per outage
     assert fake.card_params("ask_1")["card_status"] == "cancelled"
+
+
+def test_a_token_is_not_used_within_60_seconds_of_its_expiry_while_the_cache_is_down(sleeps, flaky_cache):
+    now = [1000.0]
+    with FakeDingTalk(token_ttl=120) as fake:
+        client = DingTalkClient(fake.client_id, fake.client_secret, base_url=fake.base_url, sleep=sleeps,
+                                clock=lambda: now[0])
+        flaky_cache.down = True
+        first = client.access_token()
+        now[0] += 59
+        assert client.access_token() == first
+        now[0] += 2
+        second = client.access_token()
+
+    assert second != first
+    assert len(fake.requests_to(TOKEN_PATH)) == 2
 
 
 def test_token_cached_for_one_app_is_not_used_for_another(client, fake):

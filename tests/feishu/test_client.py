@@ -3,10 +3,13 @@ from __future__ import annotations
 import json
 import logging
 import socket
+import threading
 import time
 
 import pytest
+from django.conf import settings
 from django.core.cache import cache
+from django.test import override_settings
 
 from askcards.surfaces import http
 from askcards.surfaces.feishu.cards import render_progress_card
@@ -95,15 +98,20 @@ def test_wrong_app_secret_fails_at_once_without_leaking_it(fake_feishu):
     assert len(fake_feishu.requests) == 1
 
 
-def test_a_token_cache_outage_costs_a_token_request_not_the_call(fake_feishu, client, flaky_cache):
+def test_a_token_cache_outage_costs_one_token_request_not_one_per_call(fake_feishu, client, flaky_cache):
     flaky_cache.down = True
 
     message = _sent(client)
-    client.patch_card(message.message_id, DONE)
+    for _ in range(4):  # Feishu refuses a sixth PATCH of a message within a second
+        client.patch_card(message.message_id, DONE)
+    # Another client of the same app in this process (another thread's) has it too.
+    other = FeishuClient(fake_feishu.app_id, fake_feishu.app_secret, fake_feishu.base_url)
+    other.patch_card(message.message_id, CARD)
 
     assert flaky_cache.calls_refused > 0
-    assert len(fake_feishu.token_requests) == 2
-    assert fake_feishu.messages[message.message_id].card == DONE
+    assert len(fake_feishu.token_requests) == 1
+    assert [r.code for r in fake_feishu.calls("PATCH")] == [0] * 5
+    assert fake_feishu.messages[message.message_id].card == CARD
 
 
 def test_a_token_cache_outage_is_logged_once_and_never_with_the_token(fake_feishu, client, flaky_cache, caplog):
@@ -117,7 +125,7 @@ def test_a_token_cache_outage_is_logged_once_and_never_with_the_token(fake_feish
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(warnings) == 1 and fake_feishu.app_id in warnings[0] and "ConnectionError" in warnings[0]
     tokens = {r.headers["authorization"].split()[1] for r in fake_feishu.calls(path=MESSAGES_PATH)}
-    assert len(tokens) == 3
+    assert len(tokens) == 1
     for token in tokens:
         assert token not in caplog.text
 
@@ -132,9 +140,142 @@ def test_tokens_are_cached_again_once_the_cache_is_back(fake_feishu, client, fla
     flaky_cache.down = True
     client.patch_card(message.message_id, DONE)
 
-    assert len(fake_feishu.token_requests) == 3  # outage, the cache's first miss, the second outage
+    # The outage's, then the (empty) cache's first miss; the second outage uses this process's copy.
+    assert len(fake_feishu.token_requests) == 2
     assert sum("token cache read failed" in r.getMessage() for r in caplog.records) == 2  # once per outage
     assert fake_feishu.messages[message.message_id].card == DONE
+
+
+def test_a_token_is_not_used_past_its_expiry_while_the_cache_is_down(clock, flaky_cache):
+    # A token valid for 25 minutes is kept for 5 (Feishu's 20-minute margin), here as in the cache.
+    with FakeFeishu(token_ttl=25 * 60, clock=clock.now) as fake:
+        client = FeishuClient(fake.app_id, fake.app_secret, fake.base_url, sleep=clock.sleep, clock=clock.now)
+        flaky_cache.down = True
+        message = _sent(client)
+        clock.sleep(5 * 60 - 1)
+        client.patch_card(message.message_id, DONE)
+        assert len(fake.token_requests) == 1
+        clock.sleep(2)
+        client.patch_card(message.message_id, CARD)
+        clock.sleep(25 * 60 - 1)  # the second token's own expiry, a second away: not used either
+        client.patch_card(message.message_id, DONE)
+
+        assert len(fake.token_requests) == 3
+        assert [r.code for r in fake.calls("PATCH")] == [0, 0, 0]  # never an expired token
+
+
+def test_a_token_refused_during_an_outage_is_not_used_again(fake_feishu, client, flaky_cache):
+    flaky_cache.down = True
+    message = _sent(client)
+    fake_feishu.expire_tokens()  # revoked early: Feishu refuses it before its expiry
+
+    client.patch_card(message.message_id, DONE)
+    client.patch_card(message.message_id, CARD)
+
+    assert len(fake_feishu.token_requests) == 2
+    assert [r.code for r in fake_feishu.calls("PATCH")] == [99991663, 0, 0]
+    assert fake_feishu.messages[message.message_id].card == CARD
+
+
+def test_a_redis_that_stops_answering_costs_one_timeout_not_a_hung_push(fake_feishu, client, monkeypatch):
+    from tests.fakes.cache import silent_server
+
+    monkeypatch.setattr(http, "_outage", http._CacheOutage())
+    monkeypatch.setattr(http, "_local_tokens", http._LocalTokens())
+    done: list[float] = []
+    with silent_server() as port, override_settings(CACHES={"default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": f"redis://127.0.0.1:{port}/11",
+        "OPTIONS": settings.REDIS_CACHE_OPTIONS,  # the service's own, as with REDIS_URL
+    }}):
+
+        def pushes() -> None:
+            started = time.monotonic()
+            message = _sent(client)
+            client.patch_card(message.message_id, DONE)
+            client.patch_card(message.message_id, CARD)
+            done.append(time.monotonic() - started)
+
+        thread = threading.Thread(target=pushes, daemon=True)
+        thread.start()
+        thread.join(20)
+
+    assert done, "the pushes still hang on the silent cache after 20 s"
+    # One read timed out (1 s); the write and the next reads left the cache alone for a while.
+    assert done[0] < 3.5, f"three pushes took {done[0]:.1f} s"
+    assert len(fake_feishu.token_requests) == 1
+    assert [r.code for r in fake_feishu.calls("PATCH")] == [0, 0]
+
+
+def test_a_failed_cache_is_tried_again_every_few_seconds_not_on_every_call(fake_feishu, client, clock, flaky_cache,
+                                                                            monkeypatch):
+    monkeypatch.setattr(http, "_outage", http._CacheOutage(retry_seconds=5, clock=clock.now))
+    flaky_cache.down = True
+    message = _sent(client)
+    client.patch_card(message.message_id, DONE)
+    assert flaky_cache.calls_refused == 1  # the first read; the write and the next read skipped it
+
+    clock.sleep(5)
+    client.patch_card(message.message_id, CARD)
+    assert flaky_cache.calls_refused == 2
+
+    flaky_cache.down = False
+    clock.sleep(5)
+    client.patch_card(message.message_id, DONE)  # the cache again: empty, so a token is fetched and shared
+    other = FeishuClient(fake_feishu.app_id, fake_feishu.app_secret, fake_feishu.base_url)
+    other.patch_card(message.message_id, CARD)
+    assert len(fake_feishu.token_requests) == 2
+    assert fake_feishu.messages[message.message_id].card == CARD
+
+
+class BrokenCache:
+    """A cache backend failing every call with ``error`` (what a Redis client may raise: refused,
+    timed out, out of memory, a stored value it cannot read)."""
+
+    def __init__(self, error: Exception):
+        self.error = error
+        self.calls = 0
+
+    def _fail(self, *args, **kwargs):
+        self.calls += 1
+        raise self.error
+
+    get = set = delete = _fail
+
+
+@pytest.mark.parametrize("error", [
+    ConnectionError("Error 111 connecting to 127.0.0.1:6379. Connection refused."),
+    TimeoutError("Timeout reading from socket"),
+    RuntimeError("OOM command not allowed when used memory > 'maxmemory'."),
+    ValueError("unsupported pickle protocol: 9"),
+], ids=lambda error: type(error).__name__)
+def test_a_cache_error_never_breaks_a_push(fake_feishu, client, monkeypatch, error):
+    broken = BrokenCache(error)
+    monkeypatch.setattr(http, "cache", broken)
+    monkeypatch.setattr(http, "_outage", http._CacheOutage())
+    monkeypatch.setattr(http, "_local_tokens", http._LocalTokens())
+
+    message = _sent(client)
+    client.patch_card(message.message_id, DONE)
+    fake_feishu.expire_tokens()
+    client.patch_card(message.message_id, CARD)  # refused token: forgotten (the delete fails too)
+
+    assert broken.calls > 0
+    assert fake_feishu.messages[message.message_id].card == CARD
+    assert len(fake_feishu.token_requests) == 2
+
+
+def test_the_process_keeps_tokens_of_a_bounded_number_of_apps(fake_feishu, client, clock, flaky_cache, monkeypatch):
+    monkeypatch.setattr(http, "_local_tokens", http._LocalTokens(limit=1))
+    flaky_cache.down = True
+    with FakeFeishu(clock=clock.now) as second_fake:
+        second = FeishuClient(second_fake.app_id, second_fake.app_secret, second_fake.base_url)
+        message = _sent(client)
+        _sent(second)  # the second app's token takes the only place
+        client.patch_card(message.message_id, DONE)
+        client.patch_card(message.message_id, CARD)
+
+        assert (len(fake_feishu.token_requests), len(second_fake.token_requests)) == (2, 1)
+        assert fake_feishu.messages[message.message_id].card == CARD
 
 
 def test_tokens_are_kept_apart_per_base_url(fake_feishu, client):

@@ -432,8 +432,8 @@ def test_callback_receipts_are_kept_a_day_then_dropped(mounted):
     click(ask.session.bot, operator="ou_alice", value=submit_value(ask), form_value={"q0_0": "", "q0_1": []}, event_id="ev-old")
     receipt = CallbackReceipt.objects.get(event_id="ev-old")
     assert abs((receipt.created_at - timezone.now()).total_seconds()) < 60
-    assert services.callback_receipts_purge(now=timezone.now() + timedelta(hours=23)) == 0
-    assert services.callback_receipts_purge(now=timezone.now() + timedelta(hours=25)) == 1
+    assert services.receipts_prune(now=timezone.now() + timedelta(hours=23)).deleted == 0
+    assert services.receipts_prune(now=timezone.now() + timedelta(hours=25)).deleted == 1
 
 
 def test_asks_beyond_what_a_card_can_hold_are_counted_in_the_panel_note(agent, session, api, fake):

@@ -146,7 +146,7 @@ def test_a_pair_is_remembered_for_as_long_as_it_can_be_accepted(agent, bot):
     headers, body = signed_callback(API_SECRET, **answer_of(ask, "staff_a", "测试"))
     post(bot, headers, body)
     # At most an hour of skew either way: a pair is acceptable for two hours after it was made.
-    assert services.callback_receipts_purge(now=timezone.now() + timedelta(hours=2, minutes=1)) == 0
+    assert services.receipts_prune(now=timezone.now() + timedelta(hours=2, minutes=1)).deleted == 0
     assert CallbackReceipt.objects.count() == 1
 
 

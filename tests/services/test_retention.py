@@ -1,5 +1,5 @@
 """Bounded growth: old audit rows, delivered outbox events and callback receipts are pruned in
-batches, and only what is safe to drop (services.retention, sessions.callback_receipts_purge)."""
+batches, and only what is safe to drop (services.retention)."""
 from __future__ import annotations
 
 from datetime import timedelta
@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from askcards import services
 from askcards.models import Ask, AskEvent, CallbackReceipt, OutboxEvent
+from askcards import worker as worker_module
 from askcards.worker import Worker
 
 NOW = timezone.now()
@@ -147,22 +148,79 @@ def test_outbox_prune_deletes_in_batches(agent, settings):
     assert (report.deleted, len(deletes(queries, "askcards_outboxevent"))) == (10, 3)
 
 
-def test_callback_receipts_purge_deletes_in_batches_and_keeps_recent_ones(db, settings):
-    settings.ASKCARDS_PRUNE_BATCH = 10
-    CallbackReceipt.objects.bulk_create(
-        CallbackReceipt(platform="feishu", event_id=f"old-{n}", created_at=NOW - timedelta(days=2)) for n in range(25)
+def receipts(count: int, created_at, prefix: str = "ev") -> list[int]:
+    rows = CallbackReceipt.objects.bulk_create(
+        CallbackReceipt(platform="feishu", event_id=f"{prefix}-{n}", created_at=created_at) for n in range(count)
     )
-    CallbackReceipt.objects.create(platform="feishu", event_id="fresh", created_at=NOW - timedelta(hours=1))
+    return [row.pk for row in rows]
+
+
+def test_receipts_prune_deletes_in_batches_and_keeps_recent_ones(db, settings):
+    settings.ASKCARDS_PRUNE_BATCH = 10
+    receipts(25, NOW - timedelta(days=2), "old")
+    receipts(1, NOW - timedelta(hours=1), "fresh")
     with CaptureQueriesContext(connection) as queries:
-        dropped = services.callback_receipts_purge(now=NOW)
-    assert (dropped, len(deletes(queries, "askcards_callbackreceipt"))) == (25, 3)
-    assert list(CallbackReceipt.objects.values_list("event_id", flat=True)) == ["fresh"]
+        report = services.receipts_prune(now=NOW)
+    statements = deletes(queries, "askcards_callbackreceipt")
+    assert (report.deleted, report.batches, report.resume_after) == (25, 3, None)
+    assert [sql.split(" IN (")[1].count(",") + 1 for sql in statements] == [10, 10, 5]
+    assert list(CallbackReceipt.objects.values_list("event_id", flat=True)) == ["fresh-0"]
 
 
-def test_worker_housekeeping_prunes_old_audit_rows_and_events(agent, web_session):
+def test_receipts_are_kept_for_as_long_as_a_platform_may_deliver_again(db, settings):
+    # Feishu re-delivers within minutes; a DingTalk signature pair is acceptable for 2 × the skew,
+    # at most two hours (settings caps the skew at an hour): a receipt outlives both.
+    assert services.CALLBACK_RECEIPT_TTL >= timedelta(seconds=2 * 3600)
+    kept = receipts(3, NOW - services.CALLBACK_RECEIPT_TTL + timedelta(minutes=1))
+    assert services.receipts_prune(now=NOW).deleted == 0
+    assert services.receipts_prune(now=NOW + timedelta(minutes=2)).deleted == len(kept)
+
+
+def test_receipts_prune_resumes_where_a_capped_pass_stopped(db, settings):
+    settings.ASKCARDS_PRUNE_BATCH, settings.ASKCARDS_PRUNE_BATCHES_PER_PASS = 10, 2
+    receipts(30, NOW - timedelta(days=2))
+    first = services.receipts_prune(now=NOW)
+    with CaptureQueriesContext(connection) as queries:
+        second = services.receipts_prune(now=NOW, after=first.resume_after)
+    assert (first.deleted, first.resume_after is not None, second.deleted) == (20, True, 10)
+    # The second pass starts at the first one's cursor, not at the table's oldest row.
+    window = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("SELECT")][1]
+    assert f"> {first.resume_after}" in window
+    assert CallbackReceipt.objects.count() == 0
+
+
+def test_receipts_prune_stops_at_receipts_newer_than_the_cutoff(db, settings):
+    settings.ASKCARDS_PRUNE_BATCH = 5
+    receipts(5, NOW - timedelta(days=2), "old")
+    receipts(40, NOW - timedelta(hours=1), "new")
+    with CaptureQueriesContext(connection) as queries:
+        report = services.receipts_prune(now=NOW)
+    windows = [q for q in queries.captured_queries if q["sql"].startswith("SELECT")]
+    # The oldest and newest ids, then two windows: the second holds only new receipts and ends the walk.
+    assert (report.deleted, report.resume_after, len(windows)) == (5, None, 4)
+    assert CallbackReceipt.objects.count() == 40
+
+
+def test_worker_housekeeping_prunes_old_audit_rows_events_and_receipts(agent, web_session):
     old_closed = make_ask(agent, web_session, closed_at=OLD)
     audit_rows(old_closed, 2, OLD)
     outbox_rows(agent, 2, delivered_at=OLD, delivered_via="webhook")
     undelivered = outbox_rows(agent, 1)
-    assert Worker().housekeeping() == 4
+    receipts(3, OLD, "old")
+    fresh = receipts(1, timezone.now(), "fresh")
+    assert Worker().housekeeping() == 7
     assert (AskEvent.objects.count(), list(OutboxEvent.objects.values_list("pk", flat=True))) == (0, undelivered)
+    assert list(CallbackReceipt.objects.values_list("pk", flat=True)) == fresh
+
+
+def test_worker_housekeeping_resumes_each_walk_where_its_last_pass_stopped(agent, settings, monkeypatch):
+    monkeypatch.setattr(worker_module, "HOUSEKEEPING_EVERY", timedelta(0))
+    settings.ASKCARDS_PRUNE_BATCH, settings.ASKCARDS_PRUNE_BATCHES_PER_PASS = 10, 1
+    # An agent that never reads its feed: its oldest events stay, and are stepped over once.
+    undelivered = outbox_rows(agent, 10)
+    outbox_rows(agent, 10, delivered_at=OLD, delivered_via="webhook")
+    receipts(20, OLD)
+    worker = Worker()
+    passes = [worker.housekeeping() for _ in range(3)]
+    assert passes == [10, 20, 0]  # receipts; the delivered events and the other receipts; nothing
+    assert (list(OutboxEvent.objects.values_list("pk", flat=True)), CallbackReceipt.objects.count()) == (undelivered, 0)

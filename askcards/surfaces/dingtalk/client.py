@@ -122,6 +122,7 @@ class DingTalkClient:
         backoff: float = 0.5,
         max_backoff: float = 4.0,
         sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
         session: requests.Session | None = None,
     ):
         self.client_id = client_id
@@ -131,7 +132,7 @@ class DingTalkClient:
         self.retry = RetryPolicy(max_attempts=max_attempts, backoff=backoff, max_backoff=max_backoff, sleep=sleep)
         self._http = session or http_session(self.base_url)
         digest = hashlib.sha256(f"{self.base_url}\n{self.client_id}".encode()).hexdigest()[:32]
-        self._token = TokenCache(f"askcards:dingtalk:token:{digest}", f"DingTalk app {client_id}")
+        self._token = TokenCache(f"askcards:dingtalk:token:{digest}", f"DingTalk app {client_id}", clock)
 
     def __repr__(self) -> str:  # never the secret
         return f"DingTalkClient(client_id={self.client_id!r}, base_url={self.base_url!r})"
@@ -144,8 +145,8 @@ class DingTalkClient:
     # -- token -----------------------------------------------------------------------------
 
     def access_token(self) -> str:
-        """The app access token, from the cache until 60 s before it expires (fetched each time
-        while the cache is down)."""
+        """The app access token, from the cache until 60 s before it expires (while the cache is
+        down: this process's copy, fetched when it has none)."""
         return self._token.get() or self.fetch_token()
 
     def fetch_token(self) -> str:

@@ -106,7 +106,7 @@ class FeishuClient:
                                  max_retry_seconds=max_retry_seconds, sleep=sleep, clock=clock)
         self._session = session or http_session(self.base_url)
         digest = hashlib.sha256(f"{self.base_url}|{app_id}".encode()).hexdigest()[:32]
-        self._token = TokenCache(f"askcards:feishu:tenant_token:{digest}", f"Feishu app {app_id}")
+        self._token = TokenCache(f"askcards:feishu:tenant_token:{digest}", f"Feishu app {app_id}", clock)
 
     def __repr__(self) -> str:  # never shows the secret
         return f"FeishuClient(app_id={self.app_id!r}, base_url={self.base_url!r})"
@@ -123,7 +123,7 @@ class FeishuClient:
 
     def tenant_token(self) -> str:
         """The cached tenant access token, fetched when absent or within the safety margin of expiry
-        (or when the cache is down)."""
+        (while the cache is down: this process's copy, fetched when it has none)."""
         return self._token.get() or self.fetch_token()
 
     def fetch_token(self) -> str:
