@@ -177,7 +177,8 @@ class Phase:
     exhausted_after: float | None = None
     server_cpu: float = 0.0
     worker_cpu: float = 0.0
-    postgres_cpu: float | None = None
+    postgres_cpu: float | None = None  # the benchmark database's backends only
+    backends_ended: int = 0
     client_cpu: float = 0.0
     stub_cpu: float = 0.0
     patches: int = 0  # card PATCHes the stub received during the phase and its drain
@@ -220,26 +221,32 @@ class TargetResult:
     load_end: float = 0.0
 
 
-def postgres_cpu_seconds() -> float:
-    """CPU of every process named postgres on this machine, with its ended children (its backends
-    serve the run's queries; anything else using this PostgreSQL at the same time counts too)."""
-    total = 0.0
+def postgres_backends(database: str) -> dict[int, float]:
+    """CPU seconds so far of each PostgreSQL backend connected to ``database`` (its process title
+    names the database): only this run's queries, whatever else uses the same PostgreSQL."""
+    backends = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
-            with open(f"/proc/{entry}/comm") as fh:
-                if fh.read().strip() != "postgres":
-                    continue
-        except OSError:
-            continue
-        try:  # utime, stime, cutime, cstime: ended backends (one per Django connection) count in their parent
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                title = fh.read().replace(b"\0", b" ").decode(errors="replace").split()
+            if len(title) < 4 or title[0] != "postgres:" or title[3] != database:
+                continue  # "postgres: 15/main: <user> <database> <client> <state>"
             with open(f"/proc/{entry}/stat") as fh:
                 fields = fh.read().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        total += sum(int(value) for value in fields[11:15]) / os.sysconf("SC_CLK_TCK")
-    return total
+        backends[int(entry)] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return backends
+
+
+def postgres_cpu_between(before: dict[int, float], after: dict[int, float]) -> tuple[float, int]:
+    """CPU the database's backends used between two ``postgres_backends`` readings, and how many
+    backends ended in between (their last stretch is not counted: the figure is then a floor).
+    The server and the worker keep pooled connections, so backends rarely end mid-phase."""
+    used = sum(cpu - before.get(pid, 0.0) for pid, cpu in after.items())
+    return used, len(set(before) - set(after))
 
 
 def own_cpu_seconds() -> float:
@@ -493,7 +500,7 @@ async def measure(args: argparse.Namespace, result: TargetResult, base: str, stu
                 cpu = [proc_cpu_seconds(pid) for pid in pids]
                 stub_cpu = proc_cpu_seconds(stub.pid)
                 own = own_cpu_seconds()
-                pg_cpu = postgres_cpu_seconds() if result.target == "postgres" else None
+                pg_cpu = postgres_backends(PG_DATABASE) if result.target == "postgres" else None
                 if name == "callback":
                     profiler.start(f"c{clients}")
                 say(f"  {result.target}: {name}, {clients} clients, {seconds:.0f} s …")
@@ -505,7 +512,7 @@ async def measure(args: argparse.Namespace, result: TargetResult, base: str, stu
                 phase.worker_cpu = proc_cpu_seconds(worker.pid) - cpu[1] if worker else 0.0
                 phase.stub_cpu = proc_cpu_seconds(stub.pid) - stub_cpu
                 if pg_cpu is not None:
-                    phase.postgres_cpu = postgres_cpu_seconds() - pg_cpu
+                    phase.postgres_cpu, phase.backends_ended = postgres_cpu_between(pg_cpu, postgres_backends(PG_DATABASE))
                 phase.patches = (await stub_stats(http, stub_base)).get("patch", 0) - patches_before
                 say(f"    {phase.ok} ok in {phase.seconds:.1f} s = {phase.rps:.0f}/s, p50 {phase.pct(50):.1f} ms, "
                     f"p99 {phase.pct(99):.1f} ms, errors {sum(phase.errors.values())}"
@@ -645,6 +652,8 @@ def print_report(args: argparse.Namespace, results: list[TargetResult]) -> None:
                     f"{phase.service_cpu_ms:>5.1f} ms")
                 for example in phase.error_examples:
                     say(f"      e.g. {example}")
+                if phase.backends_ended:
+                    say(f"      {phase.backends_ended} PostgreSQL backends ended during the phase: pg CPU is a floor")
                 if phase.exhausted_after is not None:
                     say(f"      the pending asks ran out after {phase.exhausted_after:.1f} s (raise --asks-per-level)")
         say("  targets (printed, not asserted):")
