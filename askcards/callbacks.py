@@ -147,10 +147,13 @@ def _clicked_card(bot: Bot, action, session=None) -> ProgressCard | None:
 
 
 def _ask_submit(bot: Bot, action) -> tuple[str, str, ProgressCard | None]:
-    ask = selectors.unique_row(Ask.objects.select_related("session").filter(pk=action.ask_id, session__bot=bot))
-    card = _clicked_card(bot, action, ask.session if ask is not None else None)
+    ask, card = selectors.clicked_ask(bot, action.ask_id, action.message_id)
     if ask is None:
-        return "info", feishu_cards.TOAST_STALE, card
+        return "info", feishu_cards.TOAST_STALE, _clicked_card(bot, action)
+    if card is None or card.session_id != ask.session_id:
+        card = _clicked_card(bot, action, ask.session)  # no message id, or a forged mix of ids
+    else:
+        card.session = ask.session
 
     def rejected(why: str, toast_type: str, text: str) -> tuple[str, str, ProgressCard | None]:
         services.ask_click_rejected(ask=ask, why=why, actor=f"respondent:{action.operator}", surface=feishu.NAME)

@@ -28,6 +28,13 @@ def unique_row(queryset: QuerySet) -> Any:
     return next(iter(queryset[:1]), None)
 
 
+def clicked_ask(bot: Bot, ask_id: str, message_id: str) -> tuple[Ask | None, Any]:
+    """A card click's ask (a session of ``bot``'s, ``session`` loaded) and the progress card whose
+    message was clicked, in one read (``db.statements.clicked_ask``): the click path's hot read.
+    (None, None) when ``bot`` has no such ask."""
+    return statements.clicked_ask(ask_id=ask_id, bot_id=bot.pk, platform=bot.platform, message_id=message_id or "")
+
+
 BEARER = "Bearer"
 
 

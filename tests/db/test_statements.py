@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from askcards import outbox, services
 from askcards.db import statements
-from askcards.models import Agent, Bot, CardMessage, OutboxEvent, ProgressCard
+from askcards.models import Agent, Ask, AskEvent, Bot, CallbackReceipt, CardMessage, OutboxEvent, ProgressCard, Respondent
 
 
 @pytest.fixture
@@ -126,3 +126,135 @@ def test_progress_card_mark_bumps_again_on_each_call(web_session, message):
 
 def test_progress_card_mark_without_a_card_marks_nothing(web_session):
     assert statements.progress_card_mark(session_id=web_session.pk) == 0
+
+
+# ------------------------------------------------------------------------- callback receipts
+
+
+def test_callback_receipt_insert_records_a_pair_once(db):
+    now = timezone.now()
+    assert statements.callback_receipt_insert(platform="feishu", event_id="ev-1", created_at=now) is True
+    assert statements.callback_receipt_insert(platform="feishu", event_id="ev-1", created_at=now) is False
+    assert statements.callback_receipt_insert(platform="dingtalk", event_id="ev-1", created_at=now) is True
+    assert CallbackReceipt.objects.filter(event_id="ev-1").count() == 2
+
+
+def test_a_duplicate_receipt_leaves_the_callers_transaction_usable(db):
+    now = timezone.now()
+    with transaction.atomic():
+        statements.callback_receipt_insert(platform="feishu", event_id="ev-2", created_at=now)
+        assert not statements.callback_receipt_insert(platform="feishu", event_id="ev-2", created_at=now)
+        CallbackReceipt.objects.create(platform="feishu", event_id="ev-3")  # no aborted transaction
+    assert set(CallbackReceipt.objects.values_list("event_id", flat=True)) == {"ev-2", "ev-3"}
+
+
+# ------------------------------------------------------------------------------ ask endings
+
+
+def close_values(now, **audit):
+    return {
+        "changes": {"status": "answered", "reason": "submitted", "closed_at": now, "result": {"answers": ["是"]}},
+        "audit": {"kind": "closed", "from_status": "pending", "to_status": "answered", "actor": "respondent:alice",
+                  "surface": "web", "detail": {"reason": "submitted", "说明": "ok"}, "created_at": now, **audit},
+    }
+
+
+def test_ask_close_moves_the_ask_its_respondent_and_adds_the_audit_row(pending_ask):
+    now = timezone.now()
+    key = pending_ask.sender_id.casefold()
+    answered = {"status": "submitted", "answers": [{"question": "q", "selectedLabels": ["是"]}], "answered_at": now,
+                "surface": "web"}
+    assert statements.ask_close(pending_ask.pk, from_status="pending", respondent=(key, answered), missing=False,
+                                **close_values(now))
+    ask = Ask.objects.get(pk=pending_ask.pk)
+    assert (ask.status, ask.reason, ask.closed_at, ask.result) == ("answered", "submitted", now, {"answers": ["是"]})
+    respondent = Respondent.objects.get(ask=ask)
+    assert (respondent.status, respondent.answers, respondent.answered_at, respondent.surface) == (
+        "submitted", [{"question": "q", "selectedLabels": ["是"]}], now, "web")
+    event = AskEvent.objects.filter(ask=ask, kind="closed").get()
+    assert (event.from_status, event.to_status, event.actor, event.surface, event.detail, event.created_at) == (
+        "pending", "answered", "respondent:alice", "web", {"reason": "submitted", "说明": "ok"}, now)
+
+
+def test_ask_close_from_another_status_writes_nothing(pending_ask):
+    now = timezone.now()
+    events_before = AskEvent.objects.count()
+    assert not statements.ask_close(pending_ask.pk, from_status="reserved", respondent=None, missing=True,
+                                    **close_values(now))
+    assert Ask.objects.get(pk=pending_ask.pk).status == "pending"
+    assert set(Respondent.objects.filter(ask=pending_ask).values_list("status", flat=True)) == {"pending"}
+    assert AskEvent.objects.count() == events_before
+
+
+def test_ask_close_marks_every_other_pending_respondent_missing(pending_ask):
+    Respondent.objects.create(ask=pending_ask, respondent_id="Bob", respondent_key="bob", position=1)
+    Respondent.objects.create(ask=pending_ask, respondent_id="Cy", respondent_key="cy", position=2, status="submitted")
+    now = timezone.now()
+    key = pending_ask.sender_id.casefold()
+    answered = {"status": "submitted", "answers": [], "answered_at": now, "surface": "web"}
+    assert statements.ask_close(pending_ask.pk, from_status="pending", respondent=(key, answered), missing=True,
+                                **close_values(now))
+    assert dict(Respondent.objects.filter(ask=pending_ask).values_list("respondent_key", "status")) == {
+        key: "submitted", "bob": "missing", "cy": "submitted"}
+
+
+# ------------------------------------------------------------------------------- hot reads
+
+
+@pytest.fixture
+def feishu_session(agent, feishu_bot):
+    session, _ = services.session_upsert(agent=agent, key="feishu-cli_statements-private-ou_alice", bot=feishu_bot)
+    return session
+
+
+def new_ask(session, **fields):
+    values = {"tool": "ask_user_questions", "sender_id": "ou_alice", "status": "pending", "surfaces": ["feishu"],
+              "deadline": timezone.now() + timedelta(hours=1), **fields}
+    return Ask.objects.create(agent=session.agent, session=session, **values)
+
+
+@pytest.fixture
+def feishu_ask(feishu_session):
+    return new_ask(feishu_session, questions=[{"question": "数据库？"}])
+
+
+def test_clicked_ask_reads_the_ask_its_session_and_the_clicked_card(feishu_ask, feishu_session, feishu_bot):
+    card = ProgressCard.objects.create(session=feishu_session, title="部署")
+    CardMessage.objects.create(platform="feishu", bot=feishu_bot, progress_card=card, message_id="om_9")
+    ask, clicked = statements.clicked_ask(ask_id=feishu_ask.pk, bot_id=feishu_bot.pk, platform="feishu",
+                                          message_id="om_9")
+    expected = Ask.objects.select_related("session").get(pk=feishu_ask.pk)
+    assert [getattr(ask, f.attname) for f in Ask._meta.concrete_fields] == [
+        getattr(expected, f.attname) for f in Ask._meta.concrete_fields]
+    assert ask.questions == [{"question": "数据库？"}] and ask.surfaces == ["feishu"]
+    assert ask.session == feishu_session and ask.session.bot_id == feishu_bot.pk
+    assert clicked == card and clicked.title == "部署" and clicked.created_at == card.created_at
+    # saved like a row the ORM read: an update, not an insert
+    ask.title = "new"
+    ask.save(update_fields=["title"])
+    assert Ask.objects.get(pk=feishu_ask.pk).title == "new"
+
+
+def test_clicked_ask_without_the_card_or_of_another_bot(feishu_ask, feishu_session, feishu_bot):
+    other = services.bot_add(platform="feishu", app_id="cli_other", app_secret="x")
+    card = ProgressCard.objects.create(session=feishu_session)
+    CardMessage.objects.create(platform="feishu", bot=other, progress_card=card, message_id="om_other")
+    for message_id in ("", "om_unknown", "om_other"):
+        ask, clicked = statements.clicked_ask(ask_id=feishu_ask.pk, bot_id=feishu_bot.pk, platform="feishu",
+                                              message_id=message_id)
+        assert ask == feishu_ask and clicked is None
+    assert statements.clicked_ask(ask_id=feishu_ask.pk, bot_id=other.pk, platform="feishu", message_id="om_other") == (
+        None, None)
+    assert statements.clicked_ask(ask_id="q_missing", bot_id=feishu_bot.pk, platform="feishu", message_id="") == (
+        None, None)
+
+
+def test_pending_asks_of_session_in_registration_order_with_the_form_fields_only(feishu_ask, feishu_session):
+    later = new_ask(feishu_session, questions=[{"question": "二"}])
+    new_ask(feishu_session, status="answered", reason="submitted", closed_at=timezone.now(), questions=[])
+    rows = statements.pending_asks_of_session(feishu_session.pk, 5)
+    assert [row.pk for row in rows] == [feishu_ask.pk, later.pk]
+    assert rows[1].questions == [{"question": "二"}] and rows[1].surfaces == ["feishu"]
+    assert rows[0].get_deferred_fields() == {f.attname for f in Ask._meta.concrete_fields} - {
+        "id", "session_id", "questions", "sender_id", "surfaces"}
+    assert [row.pk for row in statements.pending_asks_of_session(feishu_session.pk, 1)] == [feishu_ask.pk]

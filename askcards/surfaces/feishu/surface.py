@@ -69,9 +69,7 @@ def panel_url() -> str:
 def pending_asks() -> QuerySet[Ask]:
     """Pending asks in registration order, with what a form needs; a card loads at most
     ``MAX_FORMS + 1`` of a session's (one more says whether there are more than can ever fit)."""
-    return Ask.objects.filter(status=Ask.Status.PENDING).order_by("created_at", "id").only(
-        "id", "session_id", "questions", "sender_id", "surfaces"
-    )
+    return Ask.objects.filter(status=Ask.Status.PENDING).order_by("created_at", "id").only(*statements.FORM_FIELDS)
 
 
 def render(card: ProgressCard, pending: list[Ask] | None = None) -> RenderedCard:
@@ -80,7 +78,7 @@ def render(card: ProgressCard, pending: list[Ask] | None = None) -> RenderedCard
     session = card.session
     asks, more = [], 0
     if card.is_live:
-        rows = pending if pending is not None else list(pending_asks().filter(session=session)[:MAX_FORMS + 1])
+        rows = pending if pending is not None else statements.pending_asks_of_session(session.id, MAX_FORMS + 1)
         if len(rows) > MAX_FORMS:  # more than could ever fit: count the rest instead of loading it
             more = pending_asks().filter(session=session).count() - MAX_FORMS
             rows = rows[:MAX_FORMS]
