@@ -16,7 +16,7 @@ from django.views.decorators.http import require_POST
 
 from askcards import edge, metrics, selectors, services
 from askcards.db import in_pool
-from askcards.errors import BotSecretsUnreadable
+from askcards.errors import CallbackRefused
 from askcards.models import Ask, Bot, ProgressCard
 from askcards.surfaces.dingtalk import handler as dingtalk_handler
 from askcards.surfaces.feishu import cards as feishu_cards
@@ -84,13 +84,10 @@ class CallbackApp:
 @metrics.callback_timer("feishu")
 def feishu_handle(app_id: str, headers, raw_body: bytes) -> tuple[int, dict]:
     try:
-        bot = selectors.active_bot(platform=Bot.Platform.FEISHU, app_id=app_id)
-    except BotSecretsUnreadable as exc:
-        metrics.callback_refused("feishu", "secrets_unreadable")
-        return exc.status, {"error": str(exc)}
-    if bot is None:
-        metrics.callback_refused("feishu", "unknown_app")
-        return 404, {"error": "unknown app"}
+        bot = selectors.callback_bot(platform=Bot.Platform.FEISHU, app_id=app_id)
+    except CallbackRefused as refused:
+        metrics.callback_refused("feishu", refused.cause)
+        return refused.status, {"error": refused.message}
     try:
         payload = feishu_security.open_callback(
             headers, raw_body, encrypt_key=bot.encrypt_key, verification_token=bot.verification_token

@@ -56,6 +56,17 @@ class WebUserNotGranted(AskcardsError):
     status = 403
 
 
+class CallbackRefused(AskcardsError):
+    """A platform callback refused before its effect: ``status`` is the HTTP status to answer,
+    ``cause`` the refusal's label on /metrics."""
+
+    code = "callback_refused"
+
+    def __init__(self, message: str, *, status: int, cause: str):
+        super().__init__(message)
+        self.status, self.cause = status, cause
+
+
 class BotSecretsUnreadable(AskcardsError):
     """A bot's stored secrets cannot be decrypted with the current ASKCARDS_SECRET_KEY: its
     callbacks are refused until the operator restores the key or re-enters the secrets."""

@@ -18,7 +18,7 @@ from rest_framework import serializers
 
 from . import crypto, tools
 from .db import statements
-from .errors import BotSecretsUnreadable, NotFound, Unauthenticated
+from .errors import BotSecretsUnreadable, CallbackRefused, NotFound, Unauthenticated
 from .models import Agent, Ask, AskEvent, Bot, CardMessage, OutboxEvent, PanelPresence, Respondent, Session
 from .tools.dingtalk_ask_user_question.schema import NAME as DINGTALK_TOOL
 
@@ -94,6 +94,18 @@ _clock = time.monotonic  # the cache's clock (tests move it forward)
 _active_bots: dict[tuple[str, str], tuple[float, Bot]] = {}
 _unreadable_logged: set[tuple[str, str]] = set()
 logger = logging.getLogger(__name__)
+
+
+def callback_bot(*, platform: str, app_id: str) -> Bot:
+    """The active bot a platform callback's URL names; CallbackRefused otherwise (404 for an
+    unknown or inactive app, 503 when its secrets cannot be read)."""
+    try:
+        bot = active_bot(platform=platform, app_id=app_id)
+    except BotSecretsUnreadable as exc:
+        raise CallbackRefused(str(exc), status=exc.status, cause="secrets_unreadable") from None
+    if bot is None:
+        raise CallbackRefused("unknown app", status=404, cause="unknown_app")
+    return bot
 
 
 def active_bot(*, platform: str, app_id: str) -> Bot | None:

@@ -17,7 +17,7 @@ from django.conf import settings
 from django.db import close_old_connections
 
 from askcards import metrics, selectors
-from askcards.errors import BotSecretsUnreadable
+from askcards.errors import CallbackRefused
 from askcards.models import Bot
 
 from . import callbacks
@@ -45,13 +45,10 @@ def http_callback(client_id: str, headers: Mapping[str, str], raw_body: bytes, *
     accepted pair — whatever body it carries — is refused with 401 and changes nothing.
     """
     try:
-        bot = selectors.active_bot(platform=Bot.Platform.DINGTALK, app_id=client_id)
-    except BotSecretsUnreadable as exc:
-        metrics.callback_refused("dingtalk", "secrets_unreadable")
-        return exc.status, {"error": str(exc)}
-    if bot is None:
-        metrics.callback_refused("dingtalk", "unknown_app")
-        return 404, {"error": "unknown app"}
+        bot = selectors.callback_bot(platform=Bot.Platform.DINGTALK, app_id=client_id)
+    except CallbackRefused as refused:
+        metrics.callback_refused("dingtalk", refused.cause)
+        return refused.status, {"error": refused.message}
     if not bot.api_secret:
         logger.warning("dingtalk callback for app %s refused: the bot has no api_secret", client_id)
         metrics.callback_refused("dingtalk", "no_api_secret")
