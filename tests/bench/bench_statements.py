@@ -1,29 +1,33 @@
 """Each hand-written statement (``askcards.db.statements``) against the plain ORM code it replaces.
 
     .venv/bin/python -m tests.bench.bench_statements [--calls 1000] [--rounds 7] [--submits 1600]
-        [--threads 1] [--orm outbox,mark,claim] [--only TEXT] [--targets sqlite,postgres]
+        [--threads 1] [--orm outbox,mark,claim,receipt,close,clicked,pending] [--only TEXT]
+        [--targets sqlite,postgres] [--database askcards_bench_statements]
 
 Run from the project directory. Per target, a process of its own with a temporary data dir
-(``sqlite``: the embedded SQLite file; ``postgres``: the database ``askcards_bench_statements`` on
+(``sqlite``: the embedded SQLite file; ``postgres``: the database ``--database`` on
 postgres://postgres@127.0.0.1:5432, created and dropped, with the service's pool and prepared
 statements) runs, in each round, every statement ``--calls`` times hand-written and as ORM code
 (alternating which goes first), 50 calls per transaction, one thread. It prints per call the
 median over the rounds of the wall time and of this process's CPU time, the ORM's extra time, and
 each figure over the yardstick's: a one-row ORM read by primary key (``Ask.objects.filter(pk=…)
-.exists()``) timed the same way, i.e. what this machine does per statement right then.
+.exists()``) timed the same way, i.e. what this machine does per statement right then. On
+PostgreSQL also the CPU of the database's backends (read from /proc: same machine only).
 
 Then the whole paths the statements serve, in the same process: ``--submits`` signed and encrypted
 Feishu submits (``callbacks.feishu_handle``, ``--threads`` at once) and the card pushes they cause
 (``FeishuSurface.sync_due`` against ``tests.bench.feishu_stub``), in chunks alternating between the
 code as written and the code with the ``--orm`` statements written by the ORM (patched in; one
 name, e.g. ``--orm outbox-insert``, measures one statement end to end). Each statement's extra CPU
-is printed as a share of its path. The last line is the figures as JSON (for tests/bench/README.md).
+is printed as a share of its path (on PostgreSQL also with the backends' CPU counted on both
+sides). The last line is the figures as JSON (for tests/bench/README.md).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -59,8 +63,10 @@ def pairs(calls: int) -> list[tuple[str, Callable[[str], Callable[[int], Any]], 
 
     from askcards import services
     from askcards.db import statements
-    from askcards.models import Agent, Ask, CardMessage, ProgressCard
+    from askcards.models import Agent, Ask, AskEvent, CardMessage, ProgressCard, Respondent
     from askcards.surfaces import sync
+    from askcards.surfaces.feishu.surface import MAX_FORMS
+    from tests.bench.bench_feishu_callback import QUESTIONS
 
     agent, _ = services.agent_create(name="bench")
     Agent.objects.filter(pk=agent.pk).update(webhook_url="https://agent.example.com/hook")
@@ -79,6 +85,29 @@ def pairs(calls: int) -> list[tuple[str, Callable[[str], Callable[[int], Any]], 
         for number in range(calls)
     )
     claimable = list(CardMessage.objects.filter(message_id__startswith="om_claim_").order_by("pk").values_list("pk", "message_id"))
+    # A Feishu private chat's card with two pending asks (a seeded card of bench_feishu_callback
+    # has five, answered one by one: a render after a submit finds four to none, two on average).
+    clicked_session, _ = services.session_upsert(agent=agent, key="feishu-cli_statements-private-ou_click", bot=bot)
+    clicked_card = ProgressCard.objects.create(session=clicked_session)
+    CardMessage.objects.create(platform="feishu", bot=bot, progress_card=clicked_card, message_id="om_clicked", version=1,
+                               synced_version=1)
+    clicked = [
+        Ask.objects.create(agent=agent, session=clicked_session, tool="ask_user_questions", status=Ask.Status.PENDING,
+                           sender_id="ou_click", questions=QUESTIONS, surfaces=["feishu"],
+                           deadline=timezone.now() + timedelta(hours=1)).pk
+        for _ in range(2)
+    ]
+    # Asks that each close call answers (reopened before each run), one respondent each, as a
+    # Feishu or panel answer closes them (services.ask_answer).
+    closing = Ask.objects.bulk_create(
+        Ask(agent=agent, session_id=sessions[1], tool="ask_user_questions", status=Ask.Status.PENDING,
+            sender_id="ou_close", questions=QUESTIONS, deadline=timezone.now() + timedelta(hours=1))
+        for _ in range(calls)
+    )
+    Respondent.objects.bulk_create(Respondent(ask=row, respondent_id="ou_close", respondent_key="ou_close") for row in closing)
+    closing = [row.pk for row in closing]
+    answers = [{"question": q["question"], "selectedLabels": [q["options"][0]["label"]], "customInput": ""}
+               for q in QUESTIONS]
     detail = {"reason": "submitted"}
 
     def nothing() -> None:
@@ -86,6 +115,12 @@ def pairs(calls: int) -> list[tuple[str, Callable[[str], Callable[[int], Any]], 
 
     def unclaim() -> None:
         CardMessage.objects.filter(message_id__startswith="om_claim_").update(next_sync_at=None)
+
+    def reopen() -> None:
+        Ask.objects.filter(sender_id="ou_close").update(status=Ask.Status.PENDING, reason="", closed_at=None, result=None)
+        Respondent.objects.filter(respondent_key="ou_close").update(
+            status=Respondent.Status.PENDING, answers=None, answered_at=None, surface=""
+        )
 
     event = {"type": "ask.closed", "ask": ask, "session": None, "data": detail}
 
@@ -127,6 +162,62 @@ def pairs(calls: int) -> list[tuple[str, Callable[[str], Callable[[int], Any]], 
             assert _orm_claim_card_message(pk, timezone.now(), message_id=message_id)
         return call
 
+    # services.callback_receipt, inside the callback's transaction; a new event id each time.
+    def receipt_hand(label):
+        return lambda i: statements.callback_receipt_insert(platform="feishu", event_id=f"{label}-{i}", created_at=timezone.now())
+
+    def receipt_orm(label):
+        return lambda i: _orm_callback_receipt_insert(platform="feishu", event_id=f"{label}-{i}", created_at=timezone.now())
+
+    # services.asks.close as an answer calls it: the ask answered, its respondent submitted, the audit row.
+    def close_args(i):
+        now = timezone.now()
+        return dict(
+            from_status=Ask.Status.PENDING,
+            changes={"status": Ask.Status.ANSWERED, "reason": Ask.Reason.SUBMITTED, "closed_at": now,
+                     "result": {"answers": answers}},
+            respondent=("ou_close", {"status": Respondent.Status.SUBMITTED, "answers": answers, "answered_at": now,
+                                     "surface": "feishu"}),
+            missing=False,
+            audit={"kind": AskEvent.Kind.CLOSED, "from_status": Ask.Status.PENDING, "to_status": Ask.Status.ANSWERED,
+                   "actor": "respondent:ou_close", "surface": "feishu", "detail": {"reason": "submitted"},
+                   "created_at": now},
+        )
+
+    def close_hand(_label):
+        def call(i):
+            assert statements.ask_close(closing[i], **close_args(i))
+        return call
+
+    def close_orm(_label):
+        def call(i):
+            assert _orm_ask_close(closing[i], **close_args(i))
+        return call
+
+    # callbacks._ask_submit's read (selectors.clicked_ask): the ask, its session, the clicked card.
+    def clicked_hand(_label):
+        def call(i):
+            ask, card = statements.clicked_ask(ask_id=clicked[i % 2], bot_id=bot.pk, platform="feishu", message_id="om_clicked")
+            assert ask.session.bot_id == bot.pk and card.pk == clicked_card.pk
+        return call
+
+    def clicked_orm(_label):
+        def call(i):
+            ask, card = _orm_clicked_ask(ask_id=clicked[i % 2], bot_id=bot.pk, platform="feishu", message_id="om_clicked")
+            assert ask.session.bot_id == bot.pk and card.pk == clicked_card.pk
+        return call
+
+    # FeishuSurface.render's forms (the card rendered into a submit's response).
+    def pending_hand(_label):
+        def call(i):
+            assert len(statements.pending_asks_of_session(clicked_session.pk, MAX_FORMS + 1)) == 2
+        return call
+
+    def pending_orm(_label):
+        def call(i):
+            assert len(_orm_pending_asks_of_session(clicked_session.pk, MAX_FORMS + 1)) == 2
+        return call
+
     def yardstick(_label):
         return lambda i: Ask.objects.filter(pk=ask.pk).exists()
 
@@ -137,15 +228,41 @@ def pairs(calls: int) -> list[tuple[str, Callable[[str], Callable[[int], Any]], 
         ("outbox, its bump: hand / ORM update+read", bump_hand, bump_orm, nothing),
         ("Feishu mark: latest card version + 1", mark_hand, mark_orm, nothing),
         ("card claim: conditional UPDATE", claim_hand, claim_orm, unclaim),
+        ("callback receipt: insert or not", receipt_hand, receipt_orm, nothing),
+        ("ask close: ask, respondent, audit row", close_hand, close_orm, reopen),
+        ("clicked ask: ask + session + card", clicked_hand, clicked_orm, nothing),
+        ("pending forms of the clicked card", pending_hand, pending_orm, nothing),
     ]
 
 
-def timed(make: Callable[[str], Callable[[int], Any]], label: str, calls: int) -> tuple[float, float]:
-    """Seconds per call (wall, CPU) of ``calls`` calls, ``BATCH`` per transaction."""
+def backends_cpu() -> dict[int, float] | None:
+    """PostgreSQL: CPU seconds so far of each backend connected to this process's database (None
+    on another database). Read between timings, never inside one (it walks /proc)."""
+    from django.db import connection
+
+    from tests.bench.bench_feishu_callback import postgres_backends
+
+    if connection.vendor != "postgresql":
+        return None
+    return postgres_backends(connection.settings_dict["NAME"])
+
+
+def backends_used(before: dict[int, float] | None) -> float:
+    """The backends' CPU seconds since ``before`` (0 on another database). A backend that ended
+    in between is not counted (the pool keeps them: rare)."""
+    from tests.bench.bench_feishu_callback import postgres_cpu_between
+
+    return 0.0 if before is None else postgres_cpu_between(before, backends_cpu())[0]
+
+
+def timed(make: Callable[[str], Callable[[int], Any]], label: str, calls: int) -> tuple[float, float, float]:
+    """Seconds per call (wall, CPU, PostgreSQL backends' CPU) of ``calls`` calls, ``BATCH`` per
+    transaction. The backends' CPU (the kernel's 10 ms ticks) covers the commits too."""
     from django.db import transaction
 
     call = make(label)
     wall = cpu = 0.0
+    backends = backends_cpu()
     for first in range(0, calls, BATCH):
         with transaction.atomic():
             started, started_cpu = time.perf_counter(), time.process_time()
@@ -153,7 +270,7 @@ def timed(make: Callable[[str], Callable[[int], Any]], label: str, calls: int) -
                 call(i)
             wall += time.perf_counter() - started
             cpu += time.process_time() - started_cpu
-    return wall / calls, cpu / calls
+    return wall / calls, cpu / calls, backends_used(backends) / calls
 
 
 # ----------------------------------------------------------- whole submits and pushes, A/B
@@ -202,6 +319,64 @@ def _orm_claim_card_message(pk: int, now, **unchanged) -> bool:
     )
 
 
+def _orm_callback_receipt_insert(*, platform: str, event_id: str, created_at) -> bool:
+    """services.callback_receipt before 270d93b: the ORM's INSERT in a savepoint (SAVEPOINT and
+    RELEASE: two more round trips) that a duplicate's IntegrityError rolls back."""
+    from django.db import IntegrityError, transaction
+
+    from askcards.models import CallbackReceipt
+
+    try:
+        with transaction.atomic():
+            CallbackReceipt.objects.create(platform=platform, event_id=event_id, created_at=created_at)
+    except IntegrityError:
+        return False
+    return True
+
+
+def _orm_ask_close(pk: str, *, from_status: str, changes: dict[str, Any], respondent, missing: bool, audit: dict[str, Any]) -> bool:
+    """services.asks.close's writes before c8042b7 (what statements.ask_close still does on SQLite):
+    the ask's conditional UPDATE, then the respondents' UPDATEs and the audit row's INSERT."""
+    from askcards.models import Ask, AskEvent, Respondent
+
+    if not Ask.objects.filter(pk=pk, status__in=(from_status,)).update(**changes):
+        return False
+    if respondent is not None:
+        key, values = respondent
+        Respondent.objects.filter(ask_id=pk, respondent_key=key, status=Respondent.Status.PENDING).update(**values)
+    if missing:
+        Respondent.objects.filter(ask_id=pk, status=Respondent.Status.PENDING).update(status=Respondent.Status.MISSING)
+    AskEvent.objects.create(ask_id=pk, **audit)
+    return True
+
+
+def _orm_clicked_ask(*, ask_id: str, bot_id: int, platform: str, message_id: str) -> tuple[Any, Any]:
+    """callbacks._ask_submit's reads before 23333c0: the ask with its session (select_related),
+    then the progress card by the clicked message (callbacks._clicked_card with the session known)."""
+    from askcards import selectors
+    from askcards.models import Ask, ProgressCard
+
+    ask = selectors.unique_row(Ask.objects.select_related("session").filter(pk=ask_id, session__bot_id=bot_id))
+    if ask is None:
+        return None, None
+    card = None
+    if message_id:
+        card = selectors.unique_row(ProgressCard.objects.filter(
+            card_messages__platform=platform, card_messages__bot_id=bot_id, card_messages__message_id=message_id
+        ))
+    return ask, card
+
+
+def _orm_pending_asks_of_session(session_id: str, limit: int) -> list[Any]:
+    """FeishuSurface.render's forms before 23333c0: surface.pending_asks() for the session."""
+    from askcards.models import Ask
+
+    return list(
+        Ask.objects.filter(status=Ask.Status.PENDING).order_by("created_at", "id")
+        .only("id", "session_id", "questions", "sender_id", "surfaces").filter(session_id=session_id)[:limit]
+    )
+
+
 def _split_outbox_event_insert(*, agent_id: int, **values) -> None:
     """The hand-written bump, then the event inserted by the ORM (PostgreSQL's one statement split)."""
     from askcards.db import statements
@@ -213,7 +388,7 @@ def _split_outbox_event_insert(*, agent_id: int, **values) -> None:
     OutboxEvent.objects.create(**{**values, "agent_id": agent_id, "seq": seq})
 
 
-ORM_NAMES = ("outbox", "outbox-insert", "mark", "claim")
+ORM_NAMES = ("outbox", "outbox-insert", "mark", "claim", "receipt", "close", "clicked", "pending")
 
 
 def orm_patches(names: set[str]) -> list[tuple[Any, str, Any]]:
@@ -225,7 +400,16 @@ def orm_patches(names: set[str]) -> list[tuple[Any, str, Any]]:
     from askcards.surfaces import sync
     from askcards.surfaces.feishu.surface import FeishuSurface
 
-    replacements = {}
+    replacements = {
+        getattr(statements, function): replacement
+        for key, function, replacement in (
+            ("receipt", "callback_receipt_insert", _orm_callback_receipt_insert),
+            ("close", "ask_close", _orm_ask_close),
+            ("clicked", "clicked_ask", _orm_clicked_ask),
+            ("pending", "pending_asks_of_session", _orm_pending_asks_of_session),
+        )
+        if key in names
+    }
     if "outbox" in names or "outbox-insert" in names:
         replacements[statements.outbox_event_insert] = (
             _orm_outbox_event_insert if "outbox" in names else _split_outbox_event_insert
@@ -248,6 +432,9 @@ def orm_patches(names: set[str]) -> list[tuple[Any, str, Any]]:
     for target, name, _ in patches:
         if not hasattr(target, name):
             raise RuntimeError(f"{target!r} has no {name} any more: update bench_statements.orm_patches")
+    unbound = set(replacements.values()) - {replacement for _, _, replacement in patches}
+    if unbound:
+        raise RuntimeError(f"no askcards module binds what {sorted(f.__name__ for f in unbound)} replace: update orm_patches")
     return patches
 
 
@@ -324,23 +511,24 @@ def whole(submits: list[Any], chunk: int, rounds: int, orm: set[str], threads: i
 
     surface = FeishuSurface()
     patches = orm_patches(orm)
-    samples: dict[str, dict[str, list[tuple[float, float]]]] = {"submit": {}, "push": {}}
+    samples: dict[str, dict[str, list[tuple[float, float, float]]]] = {"submit": {}, "push": {}}
     queue = iter(submits)
     with ThreadPoolExecutor(threads) as pool:
         for number in range(rounds):
             for variant in (("hand", "orm") if number % 2 == 0 else ("orm", "hand")):
                 requests = [fb.submit_request(next(queue)) for _ in range(chunk)]
                 with Patched(patches if variant == "orm" else []):
+                    backends = backends_cpu()
                     started, started_cpu = time.perf_counter(), time.process_time()
                     responses = list(pool.map(submit, requests))
-                    samples["submit"].setdefault(variant, []).append(
-                        ((time.perf_counter() - started) / chunk, (time.process_time() - started_cpu) / chunk)
-                    )
+                    wall, cpu = time.perf_counter() - started, time.process_time() - started_cpu
+                    samples["submit"].setdefault(variant, []).append((wall / chunk, cpu / chunk, backends_used(backends) / chunk))
                     for status, data in responses:
                         problem = fb.check_submit_response(status, json.dumps(data).encode())
                         if problem:
                             raise RuntimeError(f"submit failed: {problem}")
                     pushed = 0
+                    backends = backends_cpu()
                     started, started_cpu = time.perf_counter(), time.process_time()
                     while True:
                         done = surface.sync_due(timezone.now(), SyncReport())
@@ -349,16 +537,14 @@ def whole(submits: list[Any], chunk: int, rounds: int, orm: set[str], threads: i
                         pushed += done
                     if pushed != chunk:
                         raise RuntimeError(f"{pushed} pushes for {chunk} submits on as many cards")
-                    samples["push"].setdefault(variant, []).append(
-                        ((time.perf_counter() - started) / pushed, (time.process_time() - started_cpu) / pushed)
-                    )
-    return {
-        what: {
-            variant: {"wall_us": statistics.median(w for w, _ in runs) * 1e6, "cpu_us": statistics.median(c for _, c in runs) * 1e6}
-            for variant, runs in by_variant.items()
-        }
-        for what, by_variant in samples.items()
-    }
+                    wall, cpu = time.perf_counter() - started, time.process_time() - started_cpu
+                    samples["push"].setdefault(variant, []).append((wall / pushed, cpu / pushed, backends_used(backends) / pushed))
+    return {what: {variant: medians(runs) for variant, runs in by_variant.items()} for what, by_variant in samples.items()}
+
+
+def medians(runs: list[tuple[float, float, float]]) -> dict[str, float]:
+    """µs: the medians of (wall, CPU, PostgreSQL backends' CPU) seconds."""
+    return {key: statistics.median(run[n] for run in runs) * 1e6 for n, key in enumerate(("wall_us", "cpu_us", "pg_cpu_us"))}
 
 
 def measure(calls: int, rounds: int, submits: int, stub_base: str, orm: set[str], threads: int, only: str) -> dict[str, Any]:
@@ -370,7 +556,7 @@ def measure(calls: int, rounds: int, submits: int, stub_base: str, orm: set[str]
 
     call_command("migrate", verbosity=0)
     figures: dict[str, Any] = {"vendor": connection.vendor, "statements": {}}
-    runs: dict[str, dict[str, list[tuple[float, float]]]] = {}
+    runs: dict[str, dict[str, list[tuple[float, float, float]]]] = {}
     table = pairs(calls)
     table = table[:1] + [pair for pair in table[1:] if only in pair[0]]
     timed(table[0][1], "warm", min(calls, 200))  # the connection (PostgreSQL: its pool)
@@ -384,18 +570,18 @@ def measure(calls: int, rounds: int, submits: int, stub_base: str, orm: set[str]
                     reset()
                 runs.setdefault(name, {}).setdefault(variant, []).append(timed(make, f"{variant}-{number}", calls))
     for name, by_variant in runs.items():
-        figures["statements"][name] = {
-            variant: {
-                "wall_us": statistics.median(wall for wall, _ in samples) * 1e6,
-                "cpu_us": statistics.median(cpu for _, cpu in samples) * 1e6,
-            }
-            for variant, samples in by_variant.items()
-        }
+        figures["statements"][name] = {variant: medians(samples) for variant, samples in by_variant.items()}
     if submits:
         from askcards.models import CardMessage
 
         # The statements' own cards point at the real Feishu: no sync may pick them up.
         CardMessage.objects.filter(bot__app_id="cli_statements").delete()
+        if connection.vendor == "postgresql":
+            # The pairs left dead rows behind (every close reopened, every mark counted up), which
+            # autovacuum clears in service, in its own time: cleared here so the paths do not read
+            # through them.
+            with connection.cursor() as cursor:
+                cursor.execute("VACUUM ANALYZE")
         chunk = submits // (2 * rounds + 2)
         pending = seed_submits(chunk * (2 * rounds + 2), stub_base)
         whole(pending[: 2 * chunk], chunk, 1, orm, threads)  # warm: the bot cache, the stub's token, the clients
@@ -404,13 +590,18 @@ def measure(calls: int, rounds: int, submits: int, stub_base: str, orm: set[str]
     return figures
 
 
-# Hand-written statements per Feishu submit (the outbox event, the mark) and per card push (the claim).
+# Hand-written statements per Feishu submit (the receipt, the clicked ask, the close, the outbox
+# event, the mark, the response card's forms) and per card push (the claim).
 PER_SUBMIT = {
     "outbox event: bump seq + insert": ("submit", 1),
     "outbox, its INSERT: hand / ORM create": ("submit", 1),
     "outbox, its bump: hand / ORM update+read": ("submit", 1),
     "Feishu mark: latest card version + 1": ("submit", 1),
     "card claim: conditional UPDATE": ("push", 1),
+    "callback receipt: insert or not": ("submit", 1),
+    "ask close: ask, respondent, audit row": ("submit", 1),
+    "clicked ask: ask + session + card": ("submit", 1),
+    "pending forms of the clicked card": ("submit", 1),
 }
 
 
@@ -418,19 +609,26 @@ def report(target: str, figures: dict[str, Any]) -> None:
     rows = figures["statements"]
     yard = next(iter(rows.values()))["hand"]
     whole = figures.get("whole")
-    say(f"\n[{target}] µs per call, median of the rounds (× the yardstick's); ORM extra = ORM − hand-written")
+    pg = figures["vendor"] == "postgresql"
+    say(f"\n[{target}] µs per call, median of the rounds (× the yardstick's); ORM extra = ORM − hand-written"
+        + ("; PG: the database's backends' CPU, +PG: the share with it counted on both sides" if pg else ""))
     say(f"  {'statement':40} {'hand wall':>16} {'ORM wall':>16} {'extra wall':>10} {'hand CPU':>9} {'ORM CPU':>9} "
-        f"{'extra CPU':>10}  {'share of its path (CPU)':>24}")
+        f"{'extra CPU':>10}" + (f" {'PG hand':>8} {'PG ORM':>8}" if pg else "") + f"  {'share of its path (CPU)':>24}"
+        + (f" {'+PG':>7}" if pg else ""))
     for name, variants in rows.items():
         hand, orm = variants["hand"], variants["orm"]
-        share = ""
+        share = with_pg = ""
         if whole and name in PER_SUBMIT:
             path, per = PER_SUBMIT[name]
-            share = f"{per * (orm['cpu_us'] - hand['cpu_us']) / whole[path]['hand']['cpu_us']:7.1%} of a {path}"
+            written = whole[path]["hand"]
+            share = f"{per * (orm['cpu_us'] - hand['cpu_us']) / written['cpu_us']:7.1%} of a {path}"
+            with_pg = f"{per * (orm['cpu_us'] + orm['pg_cpu_us'] - hand['cpu_us'] - hand['pg_cpu_us']) / (written['cpu_us'] + written['pg_cpu_us']):7.1%}"
         say(
             f"  {name:40} {hand['wall_us']:8.1f} ({hand['wall_us'] / yard['wall_us']:4.2f}×) "
             f"{orm['wall_us']:8.1f} ({orm['wall_us'] / yard['wall_us']:4.2f}×) {orm['wall_us'] - hand['wall_us']:10.1f} "
-            f"{hand['cpu_us']:9.1f} {orm['cpu_us']:9.1f} {orm['cpu_us'] - hand['cpu_us']:10.1f}  {share:>24}"
+            f"{hand['cpu_us']:9.1f} {orm['cpu_us']:9.1f} {orm['cpu_us'] - hand['cpu_us']:10.1f}"
+            + (f" {hand['pg_cpu_us']:8.1f} {orm['pg_cpu_us']:8.1f}" if pg else "") + f"  {share:>24}"
+            + (f" {with_pg:>7}" if pg else "")
         )
     if whole:
         say(f"  whole paths, µs (× the yardstick's), {figures['threads']} submit(s) at once (wall: the chunk's over its "
@@ -441,6 +639,7 @@ def report(target: str, figures: dict[str, Any]) -> None:
                 f"  {'Feishu ' + path:40} wall {hand['wall_us']:8.1f} ({hand['wall_us'] / yard['wall_us']:5.2f}×) / "
                 f"{orm['wall_us']:8.1f}  +{orm['wall_us'] / hand['wall_us'] - 1:6.1%};  CPU {hand['cpu_us']:8.1f} / "
                 f"{orm['cpu_us']:8.1f}  +{orm['cpu_us'] / hand['cpu_us'] - 1:6.1%}"
+                + (f";  PG CPU {hand['pg_cpu_us']:7.1f} / {orm['pg_cpu_us']:7.1f}" if pg else "")
             )
 
 
@@ -452,12 +651,12 @@ def run_target(target: str, args: argparse.Namespace, stub_base: str) -> dict[st
     try:
         if target == "postgres":
             try:
-                pg_admin(f"DROP DATABASE IF EXISTS {PG_DATABASE} WITH (FORCE)")
-                pg_admin(f"CREATE DATABASE {PG_DATABASE}")
+                pg_admin(f"DROP DATABASE IF EXISTS {args.database} WITH (FORCE)")
+                pg_admin(f"CREATE DATABASE {args.database}")
             except Exception as exc:  # noqa: BLE001 - no PostgreSQL: skip the target
                 say(f"skipping postgres: {type(exc).__name__}: {' '.join(str(exc).split())[:160]}")
                 return None
-            env["DATABASE_URL"] = f"{PG_SERVER}/{PG_DATABASE}"
+            env["DATABASE_URL"] = f"{PG_SERVER}/{args.database}"
         say(f"[{target}] {args.rounds} rounds of {args.calls} calls per statement and variant, "
             f"{args.submits} Feishu submits …")
         proc = subprocess.run(
@@ -474,7 +673,14 @@ def run_target(target: str, args: argparse.Namespace, stub_base: str) -> dict[st
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
         if target == "postgres" and "DATABASE_URL" in env:
-            pg_admin(f"DROP DATABASE IF EXISTS {PG_DATABASE} WITH (FORCE)")
+            pg_admin(f"DROP DATABASE IF EXISTS {args.database} WITH (FORCE)")
+
+
+def database_name(text: str) -> str:
+    """A PostgreSQL database name to put in CREATE / DROP DATABASE as it is: plain lower-case only."""
+    if not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", text):
+        raise argparse.ArgumentTypeError("lower-case letters, digits and underscores")
+    return text
 
 
 def main() -> None:
@@ -483,12 +689,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7, help="rounds (the median is printed), default 7")
     parser.add_argument("--submits", type=int, default=1600,
                         help="Feishu submits (and as many pushes) in all for the whole-path figures, 0 for none; default 1600")
-    parser.add_argument("--orm", default="outbox,mark,claim",
+    parser.add_argument("--orm", default="outbox,mark,claim,receipt,close,clicked,pending",
                         help=f"whole paths: the statements the ORM variant writes by the ORM, of {','.join(ORM_NAMES)}; "
                         "default all but outbox-insert")
     parser.add_argument("--threads", type=int, default=1, help="whole paths: submits at once, default 1")
     parser.add_argument("--only", default="", help="time only the statements whose name contains this (and the yardstick)")
     parser.add_argument("--targets", default="sqlite,postgres", help="sqlite and/or postgres, default both")
+    parser.add_argument("--database", default=PG_DATABASE, type=database_name,
+                        help=f"postgres: the database to create and drop, default {PG_DATABASE}")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--stub-base", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
