@@ -537,7 +537,7 @@ class CallbackReceipt(models.Model):
     """A platform callback already handled (Feishu ``header.event_id``; a DingTalk HTTP callback's
     signature pair, ``signature:<sha256>``): a re-delivery or replay is refused.
 
-    Rows older than a day are dropped by the worker (services.CALLBACK_RECEIPT_TTL); platforms
+    Rows older than a day are dropped by the worker (retention.CALLBACK_RECEIPT_TTL); platforms
     re-deliver within minutes and a DingTalk pair is acceptable for at most two hours.
     """
 

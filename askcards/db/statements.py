@@ -3,7 +3,7 @@
 The ORM writes every other statement. A statement is written out only where that was measured to
 matter on a hot path, against the ORM code it replaces (``tests/bench/bench_statements.py``; the
 figures, and the statements that went back to the ORM for gaining less than about 5 % of their
-path, are in tests/bench/README.md, "Hand-written statements"). Each function builds its text once
+path, are in tests/bench/README.md, section "bench_statements.py"). Each function builds its text once
 per database (cached by the connection's alias) and runs it on that connection; names in the text
 go through ``quote`` only.
 """
@@ -88,7 +88,8 @@ def _receipt_sql(alias: str) -> str:
 
 # -------------------------------------------------------------------------------- hot reads
 # Reads on the click path, written out: the ORM spent ~0.8 ms of CPU compiling each query and
-# building its rows, several times what the database took (tests/bench/README.md, the click path).
+# building its rows, several times what the database took (tests/bench/README.md, "The click
+# path's statements").
 # Rows still come back as model instances, each value converted as the ORM converts what it reads.
 
 

@@ -169,7 +169,8 @@ def callback_receipt(*, platform: str, event_id: str) -> bool:
     The unique (platform, event_id) row decides, inside the caller's transaction: a concurrent
     duplicate waits for the first and then records nothing. A hand-written statement
     (``db.statements.callback_receipt_insert``): the ORM's insert needed a savepoint to survive a
-    duplicate, two more round trips on every click (tests/bench/README.md, the click path).
+    duplicate; without it a Feishu submit costs about 7 % less CPU on PostgreSQL
+    (tests/bench/README.md, "The click path's statements").
     Receipts are kept for ``retention.CALLBACK_RECEIPT_TTL``, then pruned by
     ``retention.receipts_prune``."""
     return statements.callback_receipt_insert(platform=platform, event_id=event_id[:200], created_at=timezone.now())
