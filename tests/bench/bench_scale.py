@@ -370,20 +370,21 @@ BULK_STEPS: list[tuple[str, str]] = [
         INSERT INTO askcards_ask (id, agent_id, session_id, tool, call_id, sender_id, blocking, title, description,
                                   questions, fields, target_type, target_id, scope_key, surfaces, status, reason,
                                   deadline, result, created_at, activated_at, closed_at, result_delivered_at,
-                                  answers_purged_at)
+                                  answers_purged_at, platform)
         SELECT id, %(agent)s, session_id, 'ask_user_questions', NULL, sender, true, '', '', %(questions)s::jsonb,
                NULL, 'none', '', '', '["feishu"]'::jsonb, status, reason, c + interval '1 hour',
                CASE WHEN purged_at IS NOT NULL THEN '{{"purged": true}}'::jsonb ELSE %(result)s::jsonb END,
-               c, c + interval '1 second', c + interval '5 minutes', c + interval '5 minutes 1 second', purged_at
+               c, c + interval '1 second', c + interval '5 minutes', c + interval '5 minutes 1 second', purged_at,
+               'feishu'
         FROM ({_CLOSED}) closed"""),
     ("pending asks", f"""
         INSERT INTO askcards_ask (id, agent_id, session_id, tool, call_id, sender_id, blocking, title, description,
                                   questions, fields, target_type, target_id, scope_key, surfaces, status, reason,
                                   deadline, result, created_at, activated_at, closed_at, result_delivered_at,
-                                  answers_purged_at)
+                                  answers_purged_at, platform)
         SELECT id, %(agent)s, session_id, 'ask_user_questions', NULL, sender, true, '', '', %(questions)s::jsonb,
                NULL, 'none', '', '', '["feishu"]'::jsonb, 'pending', '', now() + interval '1 day' + (g %% 1000) *
-               interval '1 minute', NULL, c, c + interval '1 second', NULL, NULL, NULL
+               interval '1 minute', NULL, c, c + interval '1 second', NULL, NULL, NULL, 'feishu'
         FROM ({_PENDING}) pending"""),
     ("respondents", f"""
         INSERT INTO askcards_respondent (ask_id, respondent_id, respondent_key, position, status, answers, answered_at,

@@ -12,7 +12,8 @@ loop per row), then ``ANALYZE``: on this machine the full size (1.1 M asks, 1.1 
 - ``Size``: ``closed`` asks spread over the last ``days`` days (oldest first, ids in time order),
   ``pending`` asks created in the last hour spread over every session, ``sessions`` sessions
   (feishu 80 %, web 14 %, dingtalk 5 %, wechat 1 %; a tenth with web_user alice) of ``agents``
-  agents. Closed asks end in every status · reason with a realistic mix (most answered, a few in
+  agents; an ask's platform is its session's, its tool the DingTalk form for a fifth of the
+  DingTalk asks (1 % of all), else ask_user_questions. Closed asks end in every status · reason with a realistic mix (most answered, a few in
   0.05 % buckets: ``RARE`` names one value per filter that is rare on purpose). Each ask has one
   respondent; each closed ask 3 audit rows (created, activated, closed; every 50th one more,
   "ignored") and one ``ask.closed`` outbox event, delivered (webhook, every 10th by feed) a second
@@ -102,15 +103,16 @@ def seed(conn, size: Size = Size(), now: datetime | None = None) -> dict[str, in
             INSERT INTO askcards_ask (id, tool, call_id, sender_id, blocking, title, description, questions, fields,
                                       target_type, target_id, scope_key, surfaces, status, reason, deadline, result,
                                       created_at, activated_at, closed_at, result_delivered_at, answers_purged_at,
-                                      agent_id, session_id)
+                                      agent_id, session_id, platform)
             SELECT 'q_' || md5('q' || i),
-                   CASE WHEN s.platform = 'dingtalk' THEN 'dingtalk_ask_user_question' ELSE 'ask_user_questions' END,
+                   CASE WHEN s.platform = 'dingtalk' AND i %% 5 = 0 THEN 'dingtalk_ask_user_question'
+                        ELSE 'ask_user_questions' END,
                    NULL, '', true, 'Seeded question ' || i, '', '[]'::jsonb, NULL, 'none', '', '', '[]'::jsonb,
                    mix.status, mix.reason, asks.created_at + interval '1 day', '{{"purged": true}}'::jsonb,
                    asks.created_at, asks.created_at, asks.created_at + interval '5 minutes',
                    asks.created_at + interval '5 minutes 1 second',
                    CASE WHEN asks.created_at < %(now)s - interval '7 days' THEN asks.created_at + interval '7 days' END,
-                   s.agent_id, s.id
+                   s.agent_id, s.id, s.platform
             FROM asks JOIN sessions s ON s.n = asks.i %% %(sessions)s
                       JOIN mix ON asks.i %% 10000 >= mix.low AND asks.i %% 10000 < mix.high
             ORDER BY asks.i""")
@@ -119,14 +121,15 @@ def seed(conn, size: Size = Size(), now: datetime | None = None) -> dict[str, in
             INSERT INTO askcards_ask (id, tool, call_id, sender_id, blocking, title, description, questions, fields,
                                       target_type, target_id, scope_key, surfaces, status, reason, deadline, result,
                                       created_at, activated_at, closed_at, result_delivered_at, answers_purged_at,
-                                      agent_id, session_id)
+                                      agent_id, session_id, platform)
             SELECT 'q_' || md5('p' || i),
-                   CASE WHEN s.platform = 'dingtalk' THEN 'dingtalk_ask_user_question' ELSE 'ask_user_questions' END,
+                   CASE WHEN s.platform = 'dingtalk' AND i %% 5 = 0 THEN 'dingtalk_ask_user_question'
+                        ELSE 'ask_user_questions' END,
                    NULL, '', true, 'Waiting question ' || i, '', '[]'::jsonb, NULL, 'none', '', '', '[]'::jsonb,
                    'pending', '', %(now)s + interval '1 day', NULL,
                    %(now)s - make_interval(secs => 3600 * (1 - i::float8 / %(pending)s)),
                    %(now)s - make_interval(secs => 3600 * (1 - i::float8 / %(pending)s)), NULL, NULL, NULL,
-                   s.agent_id, s.id
+                   s.agent_id, s.id, s.platform
             FROM generate_series(1, %(pending)s) i JOIN sessions s ON s.n = i %% %(sessions)s
             ORDER BY i""")
         run("respondent", """
