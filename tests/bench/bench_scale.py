@@ -19,7 +19,8 @@ Every step is bounded in time and count, every connection goes to 127.0.0.1:
    ``ask.closed`` outbox event (delivered); ``--pending`` pending asks spread over the sessions
    (deadlines a day or more away), each with one respondent and two audit rows. Then
    ``VACUUM (ANALYZE)``: the state of a database that has been running for a while.
-3. Both get the same hot fixture through the services (as the API would make it): a few Feishu
+3. Both get the same hot fixture through the services (as the API would make it): 50 failed asks
+   dated before the seeded history (a web session no panel shows), and a few Feishu
    sessions with a live progress card and 5 pending asks each, the cards marked as sent.
 4. One daphne server per database (``daphne -b 127.0.0.1 -p PORT project.asgi:application``, no
    worker, the same settings) and, per figure, ``--rounds`` alternating rounds (empty, seeded,
@@ -82,6 +83,7 @@ USERNAME = "benchstaff"
 START_TIMEOUT = 60
 STEP_TIMEOUT = 1800  # seconds for any one seeding or measuring subprocess / SQL statement
 PER_CARD = 5
+FIXTURE_FAILED = 50  # failed asks of the hot fixture: one page of GET /asks?status=failed
 QUICK = {"closed": 50_000, "pending": 5_000, "sessions": 500}
 
 SETUP_STAFF = r"""
@@ -106,8 +108,10 @@ django.setup()
 from django.db import transaction
 from django.db.models import CharField, F, Value
 from django.db.models.functions import Cast, Concat
+from datetime import timedelta
+from django.utils import timezone
 from askcards import services
-from askcards.models import Agent, Bot, CardMessage
+from askcards.models import Agent, Ask, Bot, CardMessage
 
 params = json.loads(sys.argv[1])
 agent = Agent.objects.get(name=params["agent"])
@@ -133,6 +137,16 @@ CardMessage.objects.filter(bot=bot, progress_card__session__key__in=keys).update
 )
 messages = dict(CardMessage.objects.filter(bot=bot, progress_card__session__key__in=keys)
                 .values_list("progress_card__session_id", "message_id"))
+# A page of failed asks on both databases (a web session no panel shows: they fail, no_surface),
+# dated before the seeded history: ?status=failed lists a full page on the empty database too,
+# and on the seeded one reaching these by walking the history would read all of it.
+web, _ = services.session_upsert(agent=agent, key="web/bench-failed", platform="web")
+for number in range(params["failed"]):
+    out = services.tool_call(agent=agent, session=web, name="ask_user_questions",
+                             arguments={"questions": params["questions"]}, timeout_seconds=3600)
+    if out.status != "failed":
+        raise SystemExit(f"fixture ask not failed: {out.status} {out.tool_result}")
+    Ask.objects.filter(pk=out.ask.pk).update(created_at=timezone.now() - timedelta(days=61, seconds=number))
 order = []
 for position in range(params["per_card"]):  # round-robin over the cards
     for session_id, user_id, asks in by_card:
@@ -479,7 +493,7 @@ HTTP_FIGURES = {
     "callback": "Feishu callback (submit)",
     "tools_call": "POST /api/v1/tools/call",
     "asks_first": "GET /asks (first page, 50)",
-    "asks_deep": "GET /asks?status=failed (1 % of rows)",
+    "asks_deep": "GET /asks?status=failed (a page of 50)",
     "asks_none": "GET /asks?status=reserved (no rows)",
     "asks_session": "GET /asks?session=<one session>",
     "events_first": "GET /events?after=0 (100)",
@@ -730,7 +744,7 @@ def main(argv: list[str] | None = None) -> int:
         cards = -(-(args.callbacks + 1) // PER_CARD)
         for db in dbs:
             hot = run_script(db, HOT_SEED, {"agent": AGENT, "app_id": APP_ID, "cards": cards, "per_card": PER_CARD,
-                                            "questions": QUESTIONS})
+                                            "questions": QUESTIONS, "failed": FIXTURE_FAILED})
             db.pool = [PendingSubmit(*row) for row in hot["asks"]]
             db.detail_ask = db.pool.pop().ask_id
             db.keys = hot["keys"]
