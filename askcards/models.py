@@ -338,9 +338,9 @@ class Ask(models.Model):
             models.Index(fields=["session", "status"], name="ask_session_status_idx"),
             # Agent's ask list, newest first.
             models.Index(fields=["agent", "-created_at"], name="ask_agent_created_idx"),
-            # Agent's ask list filtered by status (GET /asks?status=), newest first: planned with its
-            # values (selectors.ask_page), a rare status reads its own rows only.
-            models.Index(fields=["agent", "status", "-created_at"], name="ask_agent_status_created_idx"),
+            # Agent's ask list filtered by status (GET /asks?status=), newest first: the page's ids
+            # from this index alone (an index-only scan, selectors.ask_page), whatever the status's share.
+            models.Index(fields=["agent", "status", "-created_at", "-id"], name="ask_agent_status_created_idx"),
             # Admin list filtered by status, or by reason (the filter names its status too), newest first.
             models.Index(fields=["status", "-created_at"], name="ask_status_created_idx"),
             # Admin list filtered by platform, or by tool, newest first.

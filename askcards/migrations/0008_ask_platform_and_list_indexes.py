@@ -43,7 +43,7 @@ class Migration(migrations.Migration):
         migrations.RunPython(fill_platform, migrations.RunPython.noop, elidable=True),
         migrations.AddIndex(
             model_name='ask',
-            index=models.Index(fields=['agent', 'status', '-created_at'], name='ask_agent_status_created_idx'),
+            index=models.Index(fields=['agent', 'status', '-created_at', '-id'], name='ask_agent_status_created_idx'),
         ),
         migrations.AddIndex(
             model_name='ask',

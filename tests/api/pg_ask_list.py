@@ -8,26 +8,39 @@ the statement to a generic plan (one plan for any status).
 For the agent with the most asks and each status of ``--statuses`` (a rare one, one with no rows,
 the open one, the common one): ``--runs`` requests through Django's test client with the agent's
 (rotated) key, one after another. Each statement's executed plan is caught with ``auto_explain``
-(loaded into the session, its output sent to the client as a NOTICE), so the plan reported is the
-one the last request really ran, prepared or not. Then, as a control, the same page read the way
-the view read it before ``selectors.ask_page`` (``ask_list(...)[:50]`` evaluated plainly) as many
+(loaded into the session, its output sent to the client as a NOTICE), so the plans reported are
+the ones the last request really ran, prepared or not. Then, as a control, the same page read the
+way the view read it before ``selectors.ask_page`` (``ask_list(...)[:50]``, one statement) as many
 times. Prints one JSON document (tests/scale/test_api_lists_at_size.py and tests/bench/README.md
 read it): per mode and status, the request times, the backend pids used, the prepared statements
-the connection holds for the list's SELECT (with PostgreSQL's generic and custom plan counts), and
-the last run's plan of that SELECT (its scans and indexes, rows removed by filters, buffers).
+the connection holds for the list's statements (``statement_kind``: the page's ids, their rows, or
+the one-statement read; with PostgreSQL's generic and custom plan counts), and the last run's plan
+of each (its scans and indexes, rows read and removed by filters, buffers).
 Needs a seeded database (``tests.bench.seed``).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import time
 from typing import Any
 
 import django
 
-LIST_SELECT = 'FROM "askcards_ask" INNER JOIN "askcards_session"'
+
+def statement_kind(sql: str) -> str | None:
+    """Which of the list's statements ``sql`` is: the page's ids (``ids``: ask_page's first), their
+    rows (``rows``), or the page read as one statement (``list``: the read before ask_page)."""
+    joined = 'FROM "askcards_ask" INNER JOIN "askcards_session"' in sql
+    if re.match(r'SELECT "askcards_ask"\."id"( AS "id")? FROM "askcards_ask" WHERE', sql) and "LIMIT" in sql:
+        return "ids"
+    if joined and "LIMIT" in sql:
+        return "list"
+    if joined and '"askcards_ask"."id" IN (' in sql:
+        return "rows"
+    return None
 
 
 def plan_nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
@@ -87,22 +100,24 @@ def main() -> None:
             raw._ask_list_explained = True
         return raw
 
-    def last_list_plan() -> dict[str, Any] | None:
+    def last_plans() -> dict[str, dict[str, Any]]:
+        found: dict[str, dict[str, Any]] = {}
         for notice in reversed(plans):
             text = notice["text"]
             if "plan:" not in text:
                 continue
             document = json.loads(text.split("plan:", 1)[1])
-            if LIST_SELECT in document.get("Query Text", "") and "LIMIT" in document.get("Query Text", ""):
-                return summary(document)
-        return None
+            kind = statement_kind(document.get("Query Text", ""))
+            if kind and kind not in found:
+                found[kind] = summary(document)
+        return found
 
-    def prepared() -> list[dict[str, Any]]:
+    def prepared() -> dict[str, dict[str, int]]:
         with connection.cursor() as cursor:
             cursor.execute("SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements")
             rows = cursor.fetchall()
-        return [{"generic_plans": generic, "custom_plans": custom} for statement, generic, custom in rows
-                if LIST_SELECT in statement and "LIMIT" in statement]
+        return {kind: {"generic_plans": generic, "custom_plans": custom} for statement, generic, custom in rows
+                if (kind := statement_kind(statement))}
 
     def read(mode: str, status: str) -> None:
         if mode == "view":
@@ -127,7 +142,7 @@ def main() -> None:
             report["modes"][mode][status] = {
                 "ms": [round(ms, 2) for ms in times], "median_ms": round(statistics.median(times), 2),
                 "last_ms": round(times[-1], 2), "pids": sorted(pids), "prepared": prepared(),
-                "plan": last_list_plan(),
+                "plans": last_plans(),
             }
             plans.clear()
     print(json.dumps(report))
