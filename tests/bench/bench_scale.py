@@ -588,7 +588,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2, help="alternating rounds per figure")
     parser.add_argument("--reps", type=int, default=30, help="repetitions of an idle worker step")
     parser.add_argument("--due", type=int, default=100, help="asks made due for the deadline sweep")
-    parser.add_argument("--explain", default="missed", help="'missed', 'all', 'none' or figure names, comma-separated")
+    parser.add_argument("--explain", default="missed", help="'missed', 'all', 'none' and/or figure names, "
+                        "comma-separated (e.g. missed,asks_deep)")
     parser.add_argument("--keep", action="store_true", help="keep the databases and data dirs")
     parser.add_argument("--try-sql", default="", help="SQL run on both databases after the seeding, before the "
                         "statistics are taken (e.g. a CREATE INDEX to try)")
@@ -651,8 +652,8 @@ def main(argv: list[str] | None = None) -> int:
             worker[db.label] = run_script(db, WORKER, {"reps": args.reps, "due": args.due,
                                                        "hot_prefix": f"feishu-{APP_ID}-private-ou_hot"})
         missed = report(args, dbs, worker)
-        wanted = {"missed": missed, "all": [*HTTP_FIGURES, *WORKER_FIGURES], "none": []}.get(
-            args.explain, args.explain.split(","))
+        named = {"missed": missed, "all": [*HTTP_FIGURES, *WORKER_FIGURES], "none": []}
+        wanted = list(dict.fromkeys(figure for name in args.explain.split(",") for figure in named.get(name, [name])))
         explainable = [f for f in wanted if f in HTTP_FIGURES and f != "healthz" or f in WORKER_FIGURES]
         if explainable:
             seeded = dbs[1]
