@@ -306,7 +306,6 @@ class AskAdmin(LargeListAdmin):
     def reason_text(self, ask: Ask) -> str:
         return f"{ask.reason} ({presenters.reason_label(ask.reason)})" if ask.reason else "-"
 
-
     @admin.display(description="k/N")
     def progress(self, ask: Ask) -> str:
         """k/N: respondents who are no longer pending, of all respondents."""

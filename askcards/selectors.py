@@ -157,9 +157,8 @@ def ask_page(*, agent: Agent, session: Session | None = None, status: str | None
     asks = ask_list(agent=agent, session=session, status=status)
     if not status or session is not None:  # a session's asks: ask_session_status_idx, few rows
         return list(asks[:limit])
-    ids = list(
-        Ask.objects.filter(agent=agent, status=status).order_by("-created_at", "-id").values_list("id", flat=True)[:limit]
-    )
+    newest = Ask.objects.filter(agent=agent, status=status).order_by("-created_at", "-id")
+    ids = list(newest.values_list("id", flat=True)[:limit])
     return list(asks.filter(pk__in=ids)) if ids else []
 
 

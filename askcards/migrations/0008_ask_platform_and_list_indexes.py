@@ -9,14 +9,16 @@ FILL_BATCH = 5000
 
 
 def fill_platform(apps, schema_editor):
-    """Each existing ask takes its session's platform, in batches of consecutive primary keys."""
+    """Each existing ask takes its session's platform, in batches of consecutive primary keys.
+    (An ask made by a process still running the previous code, after its batch, keeps a blank
+    platform: restart the service right after migrating.)"""
     Ask = apps.get_model("askcards", "Ask")
     Session = apps.get_model("askcards", "Session")
     alias = schema_editor.connection.alias
     asks = Ask.objects.using(alias)
     platform = Subquery(Session.objects.using(alias).filter(pk=OuterRef("session_id")).values("platform")[:1])
     last = None
-    for _ in range(asks.count() // FILL_BATCH + 2):  # asks made meanwhile take theirs from the service
+    for _ in range(asks.count() // FILL_BATCH + 2):  # bounded: the asks there are now, and a spare
         after = asks.filter(pk__gt=last) if last is not None else asks
         keys = list(after.order_by("pk").values_list("pk", flat=True)[:FILL_BATCH])
         if not keys:

@@ -137,10 +137,11 @@ def seed(conn, size: Size = Size(), *, agent: str | None = None, bot_app_id: str
                 SELECT name, md5('key' || name) || md5('hash' || name), 'ak_seed', 'https://agent.example/hook', '',
                        true, 0, %(now)s - make_interval(days => 400)
                 FROM unnest(%(names)s::text[]) name""")
-        elif cur.execute("SELECT count(*) FROM askcards_agent WHERE name = (%(names)s::text[])[1]", p).fetchone()[0] != 1:
+        elif cur.execute("SELECT count(*) FROM askcards_agent WHERE name = (%(names)s::text[])[1]",
+                         p).fetchone()[0] != 1:
             raise ValueError(f"no agent {agent!r} to seed for")
-        if bot_app_id and cur.execute("SELECT count(*) FROM askcards_bot WHERE platform = 'feishu' AND app_id = "
-                                      "%(bot_app_id)s", p).fetchone()[0] != 1:
+        bots = "SELECT count(*) FROM askcards_bot WHERE platform = 'feishu' AND app_id = %(bot_app_id)s"
+        if bot_app_id and cur.execute(bots, p).fetchone()[0] != 1:
             raise ValueError(f"no Feishu bot {bot_app_id!r} to seed chats of")
         agents_cte = """agents AS (SELECT id, array_position(%(names)s::text[], name::text) - 1 AS n
                                    FROM askcards_agent WHERE name = ANY(%(names)s::text[]))"""
