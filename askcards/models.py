@@ -270,6 +270,9 @@ class Ask(models.Model):
     # (every index is one more write on each answer's UPDATE).
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="asks", db_index=False)
     session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="asks", db_index=False)
+    # The session's platform when the ask was made (services.tool_call copies it): the admin's
+    # platform filter reads it here, through its own index, instead of joining every session.
+    platform = models.CharField(max_length=10, choices=Session.Platform.choices, blank=True)
     tool = models.CharField(max_length=64)
     call_id = models.CharField(max_length=200, null=True, blank=True)
     sender_id = models.CharField(max_length=200, blank=True)
@@ -335,8 +338,14 @@ class Ask(models.Model):
             models.Index(fields=["session", "status"], name="ask_session_status_idx"),
             # Agent's ask list, newest first.
             models.Index(fields=["agent", "-created_at"], name="ask_agent_created_idx"),
+            # Agent's ask list filtered by status (GET /asks?status=), newest first: the page's ids
+            # from this index alone (an index-only scan, selectors.ask_page), whatever the status's share.
+            models.Index(fields=["agent", "status", "-created_at", "-id"], name="ask_agent_status_created_idx"),
             # Admin list filtered by status, or by reason (the filter names its status too), newest first.
             models.Index(fields=["status", "-created_at"], name="ask_status_created_idx"),
+            # Admin list filtered by platform, or by tool, newest first.
+            models.Index(fields=["platform", "-created_at"], name="ask_platform_created_idx"),
+            models.Index(fields=["tool", "-created_at"], name="ask_tool_created_idx"),
             # Retention purge: delivered results whose answers are still stored.
             models.Index(
                 fields=["result_delivered_at"],

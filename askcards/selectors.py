@@ -163,6 +163,24 @@ def ask_list(*, agent: Agent, session: Session | None = None, status: str | None
     return asks.order_by("-created_at", "-id")
 
 
+def ask_page(*, agent: Agent, session: Session | None = None, status: str | None = None, limit: int) -> list[Ask]:
+    """The first ``limit`` asks of ``ask_list``.
+
+    Filtered by status only, the page's ids come first, from ask_agent_status_created_idx alone
+    (an index-only scan of that agent's rows of that status, newest first), then their rows by
+    primary key: the page costs the same for a status with no rows, a rare one or a common one,
+    on an agent's millionth ask as on its first. As one statement PostgreSQL would rather walk the
+    agent's asks newest first and drop the other statuses' rows, which reads the whole history for
+    a status with none (and the plan it keeps for a prepared statement did that for every status);
+    tests/scale/test_api_lists_at_size.py."""
+    asks = ask_list(agent=agent, session=session, status=status)
+    if not status or session is not None:  # a session's asks: ask_session_status_idx, few rows
+        return list(asks[:limit])
+    newest = Ask.objects.filter(agent=agent, status=status).order_by("-created_at", "-id")
+    ids = list(newest.values_list("id", flat=True)[:limit])
+    return list(asks.filter(pk__in=ids)) if ids else []
+
+
 def pending_asks_of_session(session: Session) -> QuerySet[Ask]:
     return Ask.objects.filter(session=session, status=Ask.Status.PENDING).order_by("created_at", "id")
 

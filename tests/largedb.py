@@ -31,9 +31,10 @@ class SeededDatabase:
     def dsn(self) -> str:
         return f"{SERVER}/{self.name}"
 
-    def run(self, module: str, *args: str) -> Any:
-        """Run ``python -m module`` against the database; its last line of output, as JSON."""
-        proc = subprocess.run([sys.executable, "-m", module, *args], cwd=PROJECT_DIR, env=self.env,
+    def run(self, module: str, *args: str, env: dict[str, str] | None = None) -> Any:
+        """Run ``python -m module`` against the database (``env``: settings to override); its last
+        line of output, as JSON."""
+        proc = subprocess.run([sys.executable, "-m", module, *args], cwd=PROJECT_DIR, env={**self.env, **(env or {})},
                               capture_output=True, text=True, timeout=TIMEOUT)
         assert proc.returncode == 0, f"{module} failed ({proc.returncode}):\n{proc.stderr[-4000:]}"
         return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -187,8 +187,8 @@ class AskListApi(APIView):
         session = (
             selectors.session_get(agent=request.user, session_ref=query["session"]) if "session" in query else None
         )
-        asks = selectors.ask_list(agent=request.user, session=session, status=query.get("status"))
-        return Response(s.AskListOutput.of({"asks": asks[: query["limit"]]}))
+        asks = selectors.ask_page(agent=request.user, session=session, status=query.get("status"), limit=query["limit"])
+        return Response(s.AskListOutput.of({"asks": asks}))
 
 
 class AskDetailApi(APIView):

@@ -110,6 +110,7 @@ def tool_call(
     ask = Ask(
         agent=agent,
         session=session,
+        platform=session.platform,
         tool=name,
         call_id=call_id or None,
         sender_id=owner,

@@ -35,7 +35,7 @@ def pages() -> list[tuple[str, dict[str, str]]]:
         ("ask", {"status__exact": "pending"}),
         ("ask", {"reason": RARE["reason"]}),
         ("ask", {"tool": RARE["tool"]}),
-        ("ask", {"session__platform__exact": RARE["platform"]}),
+        ("ask", {"platform__exact": RARE["platform"]}),
         ("ask", today),
         ("session", {}),
         ("session", {"platform__exact": RARE["platform"]}),

@@ -118,7 +118,7 @@ def test_ask_changelist_searches_by_respondent(admin_client, pending_ask, answer
 
 
 def test_ask_changelist_filters_by_platform(admin_client, pending_ask):
-    response = admin_client.get(admin_url("ask", "changelist"), {"session__platform": "feishu"})
+    response = admin_client.get(admin_url("ask", "changelist"), {"platform__exact": "feishu"})
     assert response.status_code == 200
     assert pending_ask.id not in response.content.decode()
 

@@ -53,3 +53,25 @@ def test_ask_list_filters_by_tool(admin_client, pending_ask):
     shown = admin_client.get(admin_url("ask", "changelist"), {"tool": "ask_user_questions"}).content.decode()
     hidden = admin_client.get(admin_url("ask", "changelist"), {"tool": "dingtalk_ask_user_question"}).content.decode()
     assert pending_ask.id[:10] in shown and pending_ask.id[:10] not in hidden
+
+
+def test_an_ask_keeps_the_platform_it_was_made_on(agent, present_session):
+    from askcards.models import Ask
+
+    ask = new_ask(agent, present_session)
+    assert Ask.objects.get(pk=ask.pk).platform == "web" == present_session.platform
+
+
+def test_ask_list_filters_by_platform(admin_client, agent, present_session, recording_surface):
+    from askcards import services
+
+    feishu, _ = services.session_upsert(agent=agent, key="ops/feishu-chat", platform="feishu", user_id="ou_1")
+    recording_surface.present.add(feishu.id)
+    on_web, on_feishu = new_ask(agent, present_session), new_ask(agent, feishu)
+    web_page = admin_client.get(admin_url("ask", "changelist"), {"platform__exact": "web"}).content.decode()
+    feishu_page = admin_client.get(admin_url("ask", "changelist"), {"platform__exact": "feishu"}).content.decode()
+    assert on_web.id[:10] in web_page and on_feishu.id[:10] not in web_page
+    assert on_feishu.id[:10] in feishu_page and on_web.id[:10] not in feishu_page
+    assert '<td class="field-platform_tool">feishu · questions</td>' in feishu_page
+    # The filter offers every platform, as fixed choices (no scan of the asks for their values).
+    assert all(f"?platform__exact={name}" in web_page for name in ("feishu", "dingtalk", "wechat", "web"))

@@ -293,6 +293,11 @@ def test_ask_list_limit_caps_the_page(api, two_sessions_of_asks):
     assert _listed(api, limit="1") == [two_sessions_of_asks["bob_open"]]
 
 
+def test_ask_list_limit_caps_a_status_filtered_page(api, two_sessions_of_asks):
+    assert _listed(api, status="pending", limit="1") == [two_sessions_of_asks["bob_open"]]
+    assert _listed(api, status="reserved") == []
+
+
 def test_ask_read_returns_the_ask(api, pending_ask):
     response = send(api, "GET", f"/api/v1/asks/{pending_ask.id}")
     assert response.status_code == 200

@@ -11,15 +11,18 @@ Every step is bounded in time and count, every connection goes to 127.0.0.1:
    and ``…_seeded`` (dropped at the end, always), each migrated, with the same Feishu bot (its
    ``--base-url`` a Feishu stand-in, ``tests/bench/feishu_stub.py``), agent ``bench`` and a staff
    user whose login session is written directly (as ``bench_longpoll`` does).
-2. The seeded one gets, in SQL (``INSERT … SELECT generate_series``, one statement per table):
-   ``--sessions`` Feishu p2p sessions, each with a running progress card and its card message (in
-   sync); ``--closed`` closed asks of the agent over the last 60 days (70 % answered, 15 % expired,
-   10 % cancelled, 4 % invalidated, 1 % failed; results delivered, answers purged after the 7 days
-   of retention), each with one respondent, three audit rows (created, activated, closed) and one
-   ``ask.closed`` outbox event (delivered); ``--pending`` pending asks spread over the sessions
-   (deadlines a day or more away), each with one respondent and two audit rows. Then
-   ``VACUUM (ANALYZE)``: the state of a database that has been running for a while.
-3. Both get the same hot fixture through the services (as the API would make it): a few Feishu
+2. The seeded one gets, in SQL (``tests.bench.seed``: ``INSERT … SELECT generate_series``, one
+   statement per table), all of them the agent's: ``--sessions`` sessions (80 % Feishu chats of
+   the bot, each with a running progress card and its card message in sync; web, DingTalk and
+   WeChat the rest); ``--closed`` closed asks over the last 60 days in every status · reason (71 %
+   answered · submitted, 12 % expired, 0.7 % failed, …; results delivered, answers purged after
+   the 7 days of retention), each with one respondent, three audit rows (created, activated,
+   closed; every 50th a fourth) and one outbox event (delivered; every 100th given up);
+   ``--pending`` pending asks of the last hour spread over the sessions (deadlines a day or more
+   away), each with one respondent and two audit rows. Then ``VACUUM (ANALYZE)``: the state of a
+   database that has been running for a while.
+3. Both get the same hot fixture through the services (as the API would make it): 50 failed asks
+   dated before the seeded history (a web session no panel shows), and a few Feishu
    sessions with a live progress card and 5 pending asks each, the cards marked as sent.
 4. One daphne server per database (``daphne -b 127.0.0.1 -p PORT project.asgi:application``, no
    worker, the same settings) and, per figure, ``--rounds`` alternating rounds (empty, seeded,
@@ -83,7 +86,32 @@ USERNAME = "benchstaff"
 START_TIMEOUT = 60
 STEP_TIMEOUT = 1800  # seconds for any one seeding or measuring subprocess / SQL statement
 PER_CARD = 5
+FIXTURE_FAILED = 50  # failed asks of the hot fixture: one page of GET /asks?status=failed
 QUICK = {"closed": 50_000, "pending": 5_000, "sessions": 500}
+
+# The hot fixture's page of failed asks (its cards come from bench_feishu_callback's seed_cards), on
+# both databases alike: a web session no panel shows, so its asks fail (no_surface), dated before
+# the seeded history: ?status=failed lists a full page on the empty database too, and on the
+# seeded one reaching these by walking the history would read all of it.
+FAILED_SEED = r"""
+import json, sys, django
+django.setup()
+from datetime import timedelta
+from django.utils import timezone
+from askcards import services
+from askcards.models import Agent, Ask
+
+params = json.loads(sys.argv[1])
+agent = Agent.objects.get(name=params["agent"])
+web, _ = services.session_upsert(agent=agent, key="web/bench-failed", platform="web")
+for number in range(params["failed"]):
+    out = services.tool_call(agent=agent, session=web, name="ask_user_questions",
+                             arguments={"questions": params["questions"]}, timeout_seconds=3600)
+    if out.status != "failed":
+        raise SystemExit(f"fixture ask not failed: {out.status} {out.tool_result}")
+    Ask.objects.filter(pk=out.ask.pk).update(created_at=timezone.now() - timedelta(days=61, seconds=number))
+print(json.dumps({"failed": params["failed"]}))
+"""
 
 # The worker's steps, timed in their own process against one database.
 WORKER = r"""
@@ -257,144 +285,31 @@ print(json.dumps(report))
 
 # --------------------------------------------------------------------------------------- seeding
 
-BULK_RESULT = json.dumps({
-    "answers": [{"question": QUESTIONS[0]["question"], "header": "Database", "selected": ["PostgreSQL"]},
-                {"question": QUESTIONS[1]["question"], "header": "Cache", "selected": ["Redis", "Local memory"],
-                 "custom": "and a CDN"}],
-    "tool_result": {"content": [{"type": "text", "text": "User has answered your questions: "
-                                 "\"Which database should the service use in production?\"=\"PostgreSQL\", "
-                                 "\"Which caches should sit in front of it?\"=\"Redis, Local memory, and a CDN\"."}]},
-})
-BULK_ANSWERS = json.dumps({"0": {"selected": [0]}, "1": {"selected": [0, 2], "custom": "and a CDN"}})
-
-# Status by g % 100: 70 answered, 15 expired, 10 cancelled, 4 invalidated, 1 failed.
-_STATUS = ("CASE WHEN b < 70 THEN 'answered' WHEN b < 85 THEN 'expired' WHEN b < 95 THEN 'cancelled' "
-           "WHEN b < 99 THEN 'invalidated' ELSE 'failed' END")
-_REASON = ("CASE WHEN b < 70 THEN 'submitted' WHEN b < 85 THEN 'timeout' WHEN b < 95 THEN 'by_agent' "
-           "WHEN b < 99 THEN 'superseded_by_question' ELSE 'delivery_failed' END")
-# The closed asks' rows, numbered g = 1..closed, oldest first (60 days ago to a day ago).
-_CLOSED = f"""
-    SELECT g, 'q_' || md5('bulk-closed-' || g) AS id,
-           's_' || md5('bulk-session-' || (1 + g %% %(sessions)s)) AS session_id,
-           'ou_bulk_' || (1 + g %% %(sessions)s) AS sender, c,
-           {_STATUS} AS status, {_REASON} AS reason,
-           CASE WHEN c + interval '7 days 6 minutes' < now() THEN c + interval '7 days 6 minutes' END AS purged_at
-    FROM (SELECT g, g %% 100 AS b, now() - interval '60 days' + (g::float8 / %(closed)s) * interval '59 days' AS c
-          FROM generate_series(1, %(closed)s) g) x
-"""
-_PENDING = """
-    SELECT g, 'q_' || md5('bulk-pending-' || g) AS id,
-           's_' || md5('bulk-session-' || (1 + g %% %(sessions)s)) AS session_id,
-           'ou_bulk_' || (1 + g %% %(sessions)s) AS sender,
-           now() - (g::float8 / %(pending)s) * interval '2 hours' AS c
-    FROM generate_series(1, %(pending)s) g
-"""
-
-BULK_STEPS: list[tuple[str, str]] = [
-    ("sessions", """
-        INSERT INTO askcards_session (id, agent_id, key, platform, bot_id, chat_type, chat_id, user_id, user_name,
-                                      web_user, parent_id, created_at, updated_at)
-        SELECT 's_' || md5('bulk-session-' || g), %(agent)s, 'feishu-' || %(app)s || '-private-ou_bulk_' || g,
-               'feishu', %(bot)s, 'p2p', '', 'ou_bulk_' || g, '', '', NULL, now() - interval '61 days', now()
-        FROM generate_series(1, %(sessions)s) g"""),
-    ("progress cards + card messages", """
-        WITH cards AS (
-            INSERT INTO askcards_progresscard (session_id, status, title, content, detail_url, sender_id, reply_to,
-                                               cancel_requested_at, created_at, updated_at)
-            SELECT 's_' || md5('bulk-session-' || g), 'running', 'Bulk task ' || g,
-                   'Working on the task: **step 2 of 5**.', '', 'ou_bulk_' || g, '', NULL,
-                   now() - interval '3 hours', now()
-            FROM generate_series(1, %(sessions)s) g
-            RETURNING id, created_at)
-        INSERT INTO askcards_cardmessage (platform, bot_id, ask_id, progress_card_id, message_id, open_space_id, pushed,
-                                          version, synced_version, next_sync_at, sync_attempts, last_error, card_reason,
-                                          created_at, updated_at)
-        SELECT 'feishu', %(bot)s, NULL, id, 'om_bulk_' || id, '', NULL, 12, 12, NULL, 0, '', '', created_at, now()
-        FROM cards"""),
-    ("closed asks", f"""
-        INSERT INTO askcards_ask (id, agent_id, session_id, tool, call_id, sender_id, blocking, title, description,
-                                  questions, fields, target_type, target_id, scope_key, surfaces, status, reason,
-                                  deadline, result, created_at, activated_at, closed_at, result_delivered_at,
-                                  answers_purged_at)
-        SELECT id, %(agent)s, session_id, 'ask_user_questions', NULL, sender, true, '', '', %(questions)s::jsonb,
-               NULL, 'none', '', '', '["feishu"]'::jsonb, status, reason, c + interval '1 hour',
-               CASE WHEN purged_at IS NOT NULL THEN '{{"purged": true}}'::jsonb ELSE %(result)s::jsonb END,
-               c, c + interval '1 second', c + interval '5 minutes', c + interval '5 minutes 1 second', purged_at
-        FROM ({_CLOSED}) closed"""),
-    ("pending asks", f"""
-        INSERT INTO askcards_ask (id, agent_id, session_id, tool, call_id, sender_id, blocking, title, description,
-                                  questions, fields, target_type, target_id, scope_key, surfaces, status, reason,
-                                  deadline, result, created_at, activated_at, closed_at, result_delivered_at,
-                                  answers_purged_at)
-        SELECT id, %(agent)s, session_id, 'ask_user_questions', NULL, sender, true, '', '', %(questions)s::jsonb,
-               NULL, 'none', '', '', '["feishu"]'::jsonb, 'pending', '', now() + interval '1 day' + (g %% 1000) *
-               interval '1 minute', NULL, c, c + interval '1 second', NULL, NULL, NULL
-        FROM ({_PENDING}) pending"""),
-    ("respondents", f"""
-        INSERT INTO askcards_respondent (ask_id, respondent_id, respondent_key, position, status, answers, answered_at,
-                                         surface)
-        SELECT id, sender, sender, 0, CASE WHEN status = 'answered' THEN 'submitted' ELSE 'missing' END,
-               CASE WHEN status = 'answered' AND purged_at IS NULL THEN %(answers)s::jsonb END,
-               CASE WHEN status = 'answered' THEN c + interval '5 minutes' END,
-               CASE WHEN status = 'answered' THEN 'feishu' ELSE '' END
-        FROM ({_CLOSED}) closed
-        UNION ALL
-        SELECT id, sender, sender, 0, 'pending', NULL, NULL, '' FROM ({_PENDING}) pending"""),
-    ("audit rows", f"""
-        INSERT INTO askcards_askevent (ask_id, kind, from_status, to_status, actor, surface, detail, created_at)
-        SELECT id, e.kind, e.from_status, e.to_status, e.actor, e.surface, '{{}}'::jsonb, c + e.after
-        FROM (SELECT id, c, status, sender FROM ({_CLOSED}) closed
-              UNION ALL SELECT id, c, NULL, sender FROM ({_PENDING}) pending) a
-        CROSS JOIN LATERAL (VALUES
-            (1, 'created', '', 'reserved', 'agent:bench', '', interval '0'),
-            (2, 'activated', 'reserved', 'pending', 'system', 'feishu', interval '1 second'),
-            (3, 'closed', 'pending', a.status,
-             CASE WHEN a.status = 'answered' THEN 'respondent:' || a.sender ELSE 'system' END,
-             CASE WHEN a.status = 'answered' THEN 'feishu' ELSE '' END, interval '5 minutes')
-        ) e(n, kind, from_status, to_status, actor, surface, after)
-        WHERE e.n < 3 OR a.status IS NOT NULL"""),
-    ("outbox events", f"""
-        INSERT INTO askcards_outboxevent (agent_id, seq, type, ask_id, session_id, data, created_at, attempts,
-                                          next_attempt_at, claimed_until, delivered_at, delivered_via, failed_at,
-                                          last_error)
-        SELECT %(agent)s, %(seq)s + g, 'ask.closed', id, session_id,
-               jsonb_build_object('status', status, 'reason', reason), c + interval '5 minutes', 0, NULL, NULL,
-               c + interval '5 minutes 1 second', 'feed', NULL, ''
-        FROM ({_CLOSED}) closed"""),
-    ("event counter", "UPDATE askcards_agent SET event_seq = %(seq)s + %(closed)s WHERE id = %(agent)s"),
-]
-
-
-def bulk_seed(dsn: str, closed: int, pending: int, sessions: int, try_sql: str = "") -> dict[str, float]:
-    """The seeded database's bulk rows, one INSERT … SELECT per table, then VACUUM (ANALYZE)."""
+def bulk_seed(dsn: str, closed: int, pending: int, sessions: int, try_sql: str = "", days: int = 60) -> dict[str, int]:
+    """The seeded database's bulk rows (``tests.bench.seed``, one INSERT … SELECT per table: the
+    agent's sessions, its bot's chats among them, their asks and the rest), then ``try_sql`` and
+    VACUUM (ANALYZE). Returns the rows written per table."""
     import psycopg
 
-    timings: dict[str, float] = {}
+    from tests.bench.seed import Size, seed
+
+    written: dict[str, int] = {}
     with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
-        conn.execute(f"SET statement_timeout = '{STEP_TIMEOUT}s'")
-        agent, seq = conn.execute("SELECT id, event_seq FROM askcards_agent WHERE name = %s", (AGENT,)).fetchone()
-        bot = conn.execute("SELECT id FROM askcards_bot WHERE app_id = %s", (APP_ID,)).fetchone()[0]
-        params = {"agent": agent, "bot": bot, "app": APP_ID, "seq": seq, "closed": closed, "pending": pending,
-                  "sessions": sessions, "questions": json.dumps(QUESTIONS), "result": BULK_RESULT,
-                  "answers": BULK_ANSWERS}
-        for name, sql in BULK_STEPS if sessions else []:
-            started = time.monotonic()
-            with conn.transaction():
-                conn.execute(sql, params)
-            timings[name] = time.monotonic() - started
-            say(f"  seeded {name} in {timings[name]:.1f} s")
+        if sessions:
+            written = seed(conn, Size(closed=closed, pending=pending, sessions=sessions, days=days), agent=AGENT,
+                           bot_app_id=APP_ID, progress=lambda line: say(f"  {line}"))
         if try_sql:
             conn.execute(try_sql)
             say(f"  ran {try_sql!r}")
         started = time.monotonic()
+        conn.execute(f"SET statement_timeout = '{STEP_TIMEOUT}s'")
         conn.execute("VACUUM (ANALYZE)")
-        timings["vacuum analyze"] = time.monotonic() - started
-        say(f"  vacuum analyze in {timings['vacuum analyze']:.1f} s")
+        say(f"  vacuum analyze in {time.monotonic() - started:.1f} s")
         counts = {table: conn.execute(f"SELECT count(*) FROM askcards_{table}").fetchone()[0]
                   for table in ("ask", "respondent", "askevent", "outboxevent", "session", "cardmessage")}
         size = conn.execute("SELECT pg_size_pretty(pg_database_size(current_database()))").fetchone()[0]
     say(f"  rows: {counts}; database size {size}")
-    return timings
+    return written
 
 
 # ---------------------------------------------------------------------------------------- figures
@@ -423,7 +338,7 @@ HTTP_FIGURES = {
     "callback": "Feishu callback (submit)",
     "tools_call": "POST /api/v1/tools/call",
     "asks_first": "GET /asks (first page, 50)",
-    "asks_deep": "GET /asks?status=failed (1 % of rows)",
+    "asks_deep": "GET /asks?status=failed (a page of 50)",
     "asks_none": "GET /asks?status=reserved (no rows)",
     "asks_session": "GET /asks?session=<one session>",
     "events_first": "GET /events?after=0 (100)",
@@ -630,7 +545,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2, help="alternating rounds per figure")
     parser.add_argument("--reps", type=int, default=30, help="repetitions of an idle worker step")
     parser.add_argument("--due", type=int, default=100, help="asks made due for the deadline sweep")
-    parser.add_argument("--explain", default="missed", help="'missed', 'all', 'none' or figure names, comma-separated")
+    parser.add_argument("--explain", default="missed", help="'missed', 'all', 'none' and/or figure names, "
+                        "comma-separated (e.g. missed,asks_deep)")
     parser.add_argument("--keep", action="store_true", help="keep the databases and data dirs")
     parser.add_argument("--try-sql", default="", help="SQL run on both databases after the seeding, before the "
                         "statistics are taken (e.g. a CREATE INDEX to try)")
@@ -674,6 +590,7 @@ def main(argv: list[str] | None = None) -> int:
         cards = -(-(args.callbacks + 1) // PER_CARD)
         for db in dbs:
             hot = seed_cards(db.env, cards, PER_CARD, label="hot", timeout=STEP_TIMEOUT)
+            run_script(db, FAILED_SEED, {"agent": AGENT, "questions": QUESTIONS, "failed": FIXTURE_FAILED})
             db.pool = [PendingSubmit(*row) for row in hot["asks"]]
             db.detail_ask = db.pool.pop().ask_id
             db.keys = hot["keys"]
@@ -692,8 +609,8 @@ def main(argv: list[str] | None = None) -> int:
             worker[db.label] = run_script(db, WORKER, {"reps": args.reps, "due": args.due,
                                                        "hot_prefix": f"feishu-{APP_ID}-private-ou_hot"})
         missed = report(args, dbs, worker)
-        wanted = {"missed": missed, "all": [*HTTP_FIGURES, *WORKER_FIGURES], "none": []}.get(
-            args.explain, args.explain.split(","))
+        named = {"missed": missed, "all": [*HTTP_FIGURES, *WORKER_FIGURES], "none": []}
+        wanted = list(dict.fromkeys(figure for name in args.explain.split(",") for figure in named.get(name, [name])))
         explainable = [f for f in wanted if f in HTTP_FIGURES and f != "healthz" or f in WORKER_FIGURES]
         if explainable:
             seeded = dbs[1]

@@ -17,3 +17,15 @@ def pg_db(tmp_path_factory):
         yield db
     finally:
         harness.drop_database(db.name)
+
+
+@pytest.fixture(scope="session")
+def lists_db(tmp_path_factory):
+    """110,000 asks (tests.bench.seed: 100,000 closed with audit rows and outbox events, 10,000
+    pending) over 1,000 sessions of 10 agents, for the tests of the lists at size (the admin's,
+    the API's); seeded once for the session, dropped at its end."""
+    from tests.largedb import seeded_database
+
+    with seeded_database(tmp_path_factory.mktemp("askcards-data"), closed=100_000, pending=10_000,
+                         sessions=1_000) as database:
+        yield database

@@ -1,5 +1,6 @@
-"""bench_scale's bulk rows are rows the service itself reads as its own: if the schema moves on and
-the seeding SQL does not, the benchmark would measure a database the service cannot use."""
+"""The seeder's bulk rows (tests.bench.seed, through bench_scale's bulk_seed: the benchmark's and the
+tests' at size) are rows the service itself reads as its own: if the schema moves on and the
+seeding SQL does not, the benchmark would measure a database the service cannot use."""
 from __future__ import annotations
 
 import json
@@ -8,7 +9,7 @@ import sys
 
 import pytest
 
-from tests.bench import bench_scale
+from tests.bench import bench_scale, seed
 from tests.conftest import require_service
 from tests.scale import harness
 
@@ -18,20 +19,26 @@ CHECK = r"""
 import json, django
 django.setup()
 from collections import Counter
-from django.db.models import Count
+from django.db.models import Count, F
 from askcards import selectors, services
 from askcards.models import Agent, Ask, AskEvent, CardMessage, OutboxEvent, Respondent, Session
 
 agent = Agent.objects.get(name="bench")
 asks = Ask.objects.filter(agent=agent)
-for status in Ask.Status.values:  # model validation of one ask of each seeded status
-    ask = asks.filter(status=status).first()
-    if ask is not None:
-        ask.full_clean()
+shown = {}
+for field, values in (("status", Ask.Status.values), ("platform", Session.Platform.values),
+                      ("tool", ["ask_user_questions", "dingtalk_ask_user_question"])):
+    for value in values:  # model validation and the public shape of one ask of each seeded value
+        ask = asks.filter(**{field: value}).first()
+        if ask is not None:
+            ask.full_clean()
+            shown[f"{field}={value}"] = selectors.ask_data(ask)["status"] == ask.status
 page = [selectors.ask_data(ask) for ask in selectors.ask_list(agent=agent)[:50]]
 events = [selectors.event_data(event) for event in selectors.events_after(agent=agent, after=0, limit=500)]
 print(json.dumps({
     "statuses": dict(Counter(asks.values_list("status", flat=True))),
+    "shown": shown,
+    "platforms_match": not asks.exclude(platform=F("session__platform")).exists(),
     "respondents_per_ask": sorted(set(asks.annotate(n=Count("respondents")).values_list("n", flat=True))),
     "audit_rows": AskEvent.objects.count(),
     "seqs": [event["seq"] for event in events],
@@ -73,23 +80,31 @@ def run_check(db: harness.PgDatabase, script: str) -> dict:
 
 
 def test_bulk_rows_are_the_services_own(tmp_path):
-    db = seeded_database(tmp_path, 300, 40, 10)
+    db = seeded_database(tmp_path, 300, 40, 100)
     try:
         found = run_check(db, CHECK)
     finally:
         harness.drop_database(db.name)
 
-    # 300 closed asks in the documented shares, 40 pending; one respondent each.
-    assert found["statuses"] == {"answered": 210, "expired": 45, "cancelled": 30, "invalidated": 12, "failed": 3,
-                                 "pending": 40}
+    # 300 closed asks in the seeder's mix of statuses, 40 pending; one respondent each.
+    assert found["statuses"] == {**seed.status_counts(300), "pending": 40}
+    assert len(found["statuses"]) == 6  # every status but reserved, already at this size
     assert found["respondents_per_ask"] == [1]
-    assert found["audit_rows"] == 300 * 3 + 40 * 2
+    # Three audit rows per closed ask and a fourth for every 50th (asks 50, 150, 250), two per pending.
+    assert found["audit_rows"] == 300 * 3 + 3 + 40 * 2
     # One delivered ask.closed event per closed ask, numbered 1..300 as the agent's counter says.
     assert found["outbox"] == 300 and found["seqs"] == list(range(1, 301)) and found["event_seq"] == 300
     # The agent's list reads newest first: the pending asks (the last two hours) before the closed.
     assert found["page"] == 50 and found["page_statuses"][:40] == ["pending"] * 40
     assert "pending" not in found["page_statuses"][40:]
-    assert found["session_cards"] == 10
+    assert found["session_cards"] == 80  # the Feishu sessions are the bot's chats, 80 of the 100
+    # Every status, platform and tool the seeder writes is one the model and the API's shape take;
+    # an ask's platform is its session's.
+    assert found["shown"] == {f"{field}={value}": True for field, values in (
+        ("status", ["pending", "answered", "cancelled", "expired", "invalidated", "failed"]),
+        ("platform", ["feishu", "dingtalk", "wechat", "web"]),
+        ("tool", ["ask_user_questions", "dingtalk_ask_user_question"])) for value in values}
+    assert found["platforms_match"]
     # Nothing due: deadlines are a day away, answers past retention were purged when seeded.
     assert found["expired_now"] == 0 and found["purged_now"] == 0
     assert 0 < found["purged_before"] < 300 and found["purged_results"] == found["purged_before"]
