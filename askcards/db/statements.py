@@ -30,6 +30,14 @@ def column(field: models.Field[Any, Any]) -> str:
     return field.column
 
 
+def concrete_field(model: type[models.Model], name: str) -> models.Field[Any, Any]:
+    """``model``'s field of this name or attname that has a column of its own."""
+    field = model._meta.get_field(name)
+    if not isinstance(field, models.Field) or field.column is None:
+        raise ValueError(f"{model.__name__}.{name} has no column of its own")
+    return field
+
+
 def _connection_for(model: type[models.Model]) -> BaseDatabaseWrapper:
     return connections[router.db_for_write(model)]
 
@@ -99,7 +107,7 @@ def _read_plan(model: type[models.Model], alias: str, names: tuple[str, ...]) ->
     concrete fields, which value is its (None: not read, deferred), and per value the ORM's
     converters (backend's, then field's) with the column they belong to."""
     connection = connections[alias]
-    fields = [model._meta.get_field(name) for name in names]
+    fields = [concrete_field(model, name) for name in names]
     converters = []
     for field in fields:
         col = field.get_col(model._meta.db_table)
@@ -117,8 +125,9 @@ def _instance(model: type[models.Model], connection: BaseDatabaseWrapper, names:
         for function in functions:
             value = function(value, col, connection)
         converted.append(value)
+    # A value for every concrete field (DEFERRED where not read): from_db then ignores its names.
     return model.from_db(
-        connection.alias, None, [DEFERRED if index is None else converted[index] for index in order]
+        connection.alias, (), [DEFERRED if index is None else converted[index] for index in order]
     )
 
 
@@ -195,7 +204,7 @@ def _pending_sql(alias: str) -> str:
     connection = connections[alias]
     q = functools.partial(quote, connection)
     return (
-        f"SELECT {', '.join(q(column(Ask._meta.get_field(name))) for name in FORM_FIELDS)} FROM {q(Ask._meta.db_table)} "
+        f"SELECT {', '.join(q(column(concrete_field(Ask, name))) for name in FORM_FIELDS)} FROM {q(Ask._meta.db_table)} "
         f"WHERE {q('status')} = %s AND {q('session_id')} = %s ORDER BY {q('created_at')}, {q('id')} LIMIT %s"
     )
 
@@ -240,18 +249,18 @@ def ask_close(
     params = [ask_fields[name].get_db_prep_save(value, connection) for name, value in changes.items()]
     params += [pk, from_status]
     if respondent is not None:
-        key, values = respondent
-        params += [respondent_fields[name].get_db_prep_save(value, connection) for name, value in values.items()]
+        key, new_values = respondent
+        params += [respondent_fields[name].get_db_prep_save(value, connection) for name, value in new_values.items()]
         params += [key, Respondent.Status.PENDING]
     if missing:
         params += [Respondent.Status.MISSING, Respondent.Status.PENDING, respondent[0] if respondent else ""]
-    columns, values = row_values(AskEvent, connection, ask_id=pk, **audit)
-    del values[columns.index("ask_id")]  # the updated row's id takes its place
+    columns, audit_values = row_values(AskEvent, connection, ask_id=pk, **audit)
+    del audit_values[columns.index("ask_id")]  # the updated row's id takes its place
     sql = _ask_close_sql(
         connection.alias, tuple(changes), tuple(respondent[1]) if respondent is not None else None, missing
     )
     with connection.cursor() as cursor:
-        cursor.execute(sql, params + values)
+        cursor.execute(sql, params + audit_values)
         return cursor.fetchone()[0] == 1
 
 
