@@ -34,13 +34,9 @@ def _show(username: str, ask_id: str) -> dict | None:
 
 
 @database_sync_to_async
-def _history_item(username: str, ask_id: str) -> dict | None:
+def _history_add(username: str, ask_id: str) -> dict | None:
     ask = selectors.panel_ask(username=username, ask_id=ask_id)
-    if ask is None or ask.is_open or ask.status == Ask.Status.FAILED:
-        return None
-    if ask.tool == dt.NAME and selectors.panel_respondent(ask) is None:
-        return None
-    return web.history_item(ask)
+    return None if ask is None else web.history_add(ask)
 
 
 @database_sync_to_async
@@ -68,6 +64,7 @@ class PanelConsumer(AsyncJsonWebsocketConsumer):
             return
         self.username = user.get_username()
         self.group = web.panel_group(self.username)
+        self.view = web.PanelView()  # what this socket was sent, for the heartbeat's catch-up
         await self.channel_layer.group_add(self.group, self.channel_name)
         await database_sync_to_async(web.presence_touch)(username=self.username, channel_name=self.channel_name)
         await self.accept()
@@ -87,7 +84,21 @@ class PanelConsumer(AsyncJsonWebsocketConsumer):
     async def _heartbeat(self):
         while True:
             await asyncio.sleep(web.HEARTBEAT_SECONDS)
-            await database_sync_to_async(web.presence_touch)(username=self.username, channel_name=self.channel_name)
+            before = self.view.copy()
+            try:
+                found = await database_sync_to_async(web.panel_catch_up)(
+                    username=self.username, channel_name=self.channel_name, view=before)
+            except Exception:  # the database is away: the next beat tries again
+                logger.warning("panel heartbeat of %s failed; retrying in %s s", self.username,
+                               web.HEARTBEAT_SECONDS, exc_info=True)
+                continue
+            for message in self.view.caught_up(before, found):
+                await self.send_json(message)
+
+    async def send_json(self, content, close=False):
+        if hasattr(self, "view"):
+            self.view.sent(content)
+        await super().send_json(content, close)
 
     async def receive(self, text_data=None, bytes_data=None, **kwargs):
         """Every frame is parsed by ``jsonlimits.load``; what it refuses gets an error message and
@@ -156,6 +167,6 @@ class PanelConsumer(AsyncJsonWebsocketConsumer):
     async def panel_withdraw(self, event):
         await self.send_json(event["message"])
         if "ask_id" in event:
-            item = await _history_item(self.username, event["ask_id"])
+            item = await _history_add(self.username, event["ask_id"])
             if item is not None:
-                await self.send_json({"type": "history_add", "ask": item})
+                await self.send_json(item)
