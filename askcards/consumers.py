@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from urllib.parse import parse_qs
 
-from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from askcards import jsonlimits, selectors, services
+from askcards.db import in_pool
 from askcards.models import Ask, Respondent
 from askcards.surfaces import web
 from askcards.tools import dingtalk_ask_user_question as dt
@@ -20,7 +21,21 @@ logger = logging.getLogger(__name__)
 MAX_MESSAGE_BYTES = 64 * 1024
 
 
-@database_sync_to_async
+def pooled(fn):
+    """``fn`` run in the shared database thread pool (``askcards.db.in_pool``), as the long-polls
+    and MCP calls are. Not Channels' ``database_sync_to_async``: it is thread-sensitive, and daphne
+    gives consumers no context of their own, so every socket of a process ran its reads and
+    answers on ONE thread, one after another (at a thousand sockets a process, wakes queued for
+    seconds behind each other: tests/bench/README.md, bench_scaleout)."""
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        return in_pool(fn, *args, **kwargs)
+
+    return call
+
+
+@pooled
 def _show(username: str, ask_id: str) -> dict | None:
     """What the panel shows of an ask that was just activated or progressed, re-read (it may
     have closed meanwhile); None when there is nothing to show this user."""
@@ -33,13 +48,13 @@ def _show(username: str, ask_id: str) -> dict | None:
     return web.ask_message(ask)
 
 
-@database_sync_to_async
+@pooled
 def _history_add(username: str, ask_id: str) -> dict | None:
     ask = selectors.panel_ask(username=username, ask_id=ask_id)
     return None if ask is None else web.history_add(ask)
 
 
-@database_sync_to_async
+@pooled
 def _answer(username: str, ask_id: str, answers) -> services.AnswerOutcome | str | None:
     """Answer one of this user's question asks; None when it is not theirs (or does not exist),
     an error text when it is a DingTalk form (answered by ``dingtalk_form_result``)."""
@@ -51,7 +66,7 @@ def _answer(username: str, ask_id: str, answers) -> services.AnswerOutcome | str
     return services.ask_answer(ask_id=ask_id, ask=ask, answers=answers, surface="web")
 
 
-@database_sync_to_async
+@pooled
 def _answer_form(username: str, ask_id: str, action, form) -> services.PanelAnswer:
     return services.dingtalk_panel_answer(username=username, ask_id=ask_id, action=action, form=form)
 
@@ -66,10 +81,10 @@ class PanelConsumer(AsyncJsonWebsocketConsumer):
         self.group = web.panel_group(self.username)
         self.view = web.PanelView()  # what this socket was sent, for the heartbeat's catch-up
         await self.channel_layer.group_add(self.group, self.channel_name)
-        await database_sync_to_async(web.presence_touch)(username=self.username, channel_name=self.channel_name)
+        await pooled(web.presence_touch)(username=self.username, channel_name=self.channel_name)
         await self.accept()
         known = parse_qs(self.scope.get("query_string", b"").decode("latin-1")).get("known", [""])[0].split(",")
-        for message in await database_sync_to_async(web.panel_snapshot)(self.username, [k for k in known if k]):
+        for message in await pooled(web.panel_snapshot)(self.username, [k for k in known if k]):
             await self.send_json(message)
         self.heartbeat = asyncio.ensure_future(self._heartbeat())
 
@@ -79,14 +94,14 @@ class PanelConsumer(AsyncJsonWebsocketConsumer):
         if hasattr(self, "heartbeat"):
             self.heartbeat.cancel()
         await self.channel_layer.group_discard(self.group, self.channel_name)
-        await database_sync_to_async(web.presence_drop)(channel_name=self.channel_name)
+        await pooled(web.presence_drop)(channel_name=self.channel_name)
 
     async def _heartbeat(self):
         while True:
             await asyncio.sleep(web.HEARTBEAT_SECONDS)
             before = self.view.copy()
             try:
-                found = await database_sync_to_async(web.panel_catch_up)(
+                found = await pooled(web.panel_catch_up)(
                     username=self.username, channel_name=self.channel_name, view=before)
             except Exception:  # the database is away: the next beat tries again
                 logger.warning("panel heartbeat of %s failed; retrying in %s s", self.username,
