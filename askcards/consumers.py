@@ -4,12 +4,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import parse_qs
 
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from askcards import jsonlimits, selectors, services
-from askcards.db import in_pool
+from askcards.db import in_executor
 from askcards.models import Ask, Respondent
 from askcards.surfaces import web
 from askcards.tools import dingtalk_ask_user_question as dt
@@ -21,16 +22,23 @@ logger = logging.getLogger(__name__)
 MAX_MESSAGE_BYTES = 64 * 1024
 
 
+# The panel sockets' own database threads: not Channels' ``database_sync_to_async``, which is
+# thread-sensitive (daphne gives consumers no context of their own), so every socket of a process
+# ran its reads and answers on ONE thread, one after another — at a thousand sockets a process,
+# wakes queued for seconds (tests/bench/README.md, bench_scaleout). Apart from the request pool,
+# so a thousand sockets' heartbeats never queue ahead of long-polls and MCP calls, nor those ahead
+# of an answer. With the default pool's min(32, cores + 4) threads and the one thread Channels'
+# auth uses at connect, that is ASKCARDS_DB_POOL_MAX (10) connections on 2 cores.
+PANEL_THREADS = 3
+_panel_threads = ThreadPoolExecutor(max_workers=PANEL_THREADS, thread_name_prefix="panel")
+
+
 def pooled(fn):
-    """``fn`` run in the shared database thread pool (``askcards.db.in_pool``), as the long-polls
-    and MCP calls are. Not Channels' ``database_sync_to_async``: it is thread-sensitive, and daphne
-    gives consumers no context of their own, so every socket of a process ran its reads and
-    answers on ONE thread, one after another (at a thousand sockets a process, wakes queued for
-    seconds behind each other: tests/bench/README.md, bench_scaleout)."""
+    """``fn`` run on the panel sockets' database threads (``askcards.db.in_executor``)."""
 
     @functools.wraps(fn)
     def call(*args, **kwargs):
-        return in_pool(fn, *args, **kwargs)
+        return in_executor(_panel_threads, fn, *args, **kwargs)
 
     return call
 
