@@ -12,9 +12,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.db import transaction
 from django.utils import timezone
 
 from askcards import events, selectors
+from askcards.db import statements
 from askcards.models import Ask, PanelPresence, Respondent, Session
 from askcards.tools import dingtalk_ask_user_question as dt
 
@@ -35,7 +37,10 @@ def presence_touch(*, username: str, channel_name: str) -> None:
     """The socket is connected now. One UPDATE on a heartbeat; the row is made on connect (or again
     after the worker purged it as stale while its process was stalled)."""
     now = timezone.now()
-    if not PanelPresence.objects.filter(channel_name=channel_name).update(username=username, last_seen=now):
+    with transaction.atomic():
+        statements.commit_without_flush_wait(PanelPresence)
+        updated = PanelPresence.objects.filter(channel_name=channel_name).update(username=username, last_seen=now)
+    if not updated:
         PanelPresence.objects.update_or_create(channel_name=channel_name, defaults={"username": username, "last_seen": now})
 
 
