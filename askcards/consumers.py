@@ -2,13 +2,15 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import parse_qs
 
-from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from askcards import jsonlimits, selectors, services
+from askcards.db import in_executor
 from askcards.models import Ask, Respondent
 from askcards.surfaces import web
 from askcards.tools import dingtalk_ask_user_question as dt
@@ -20,7 +22,28 @@ logger = logging.getLogger(__name__)
 MAX_MESSAGE_BYTES = 64 * 1024
 
 
-@database_sync_to_async
+# The panel sockets' own database threads: not Channels' ``database_sync_to_async``, which is
+# thread-sensitive (daphne gives consumers no context of their own), so every socket of a process
+# ran its reads and answers on ONE thread, one after another — at a thousand sockets a process,
+# wakes queued for seconds (tests/bench/README.md, bench_scaleout). Apart from the request pool,
+# so a thousand sockets' heartbeats never queue ahead of long-polls and MCP calls, nor those ahead
+# of an answer. With the default pool's min(32, cores + 4) threads and the one thread Channels'
+# auth uses at connect, that is ASKCARDS_DB_POOL_MAX (10) connections on 2 cores.
+PANEL_THREADS = 3
+_panel_threads = ThreadPoolExecutor(max_workers=PANEL_THREADS, thread_name_prefix="panel")
+
+
+def pooled(fn):
+    """``fn`` run on the panel sockets' database threads (``askcards.db.in_executor``)."""
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        return in_executor(_panel_threads, fn, *args, **kwargs)
+
+    return call
+
+
+@pooled
 def _show(username: str, ask_id: str) -> dict | None:
     """What the panel shows of an ask that was just activated or progressed, re-read (it may
     have closed meanwhile); None when there is nothing to show this user."""
@@ -33,17 +56,13 @@ def _show(username: str, ask_id: str) -> dict | None:
     return web.ask_message(ask)
 
 
-@database_sync_to_async
-def _history_item(username: str, ask_id: str) -> dict | None:
+@pooled
+def _history_add(username: str, ask_id: str) -> dict | None:
     ask = selectors.panel_ask(username=username, ask_id=ask_id)
-    if ask is None or ask.is_open or ask.status == Ask.Status.FAILED:
-        return None
-    if ask.tool == dt.NAME and selectors.panel_respondent(ask) is None:
-        return None
-    return web.history_item(ask)
+    return None if ask is None else web.history_add(ask)
 
 
-@database_sync_to_async
+@pooled
 def _answer(username: str, ask_id: str, answers) -> services.AnswerOutcome | str | None:
     """Answer one of this user's question asks; None when it is not theirs (or does not exist),
     an error text when it is a DingTalk form (answered by ``dingtalk_form_result``)."""
@@ -55,7 +74,7 @@ def _answer(username: str, ask_id: str, answers) -> services.AnswerOutcome | str
     return services.ask_answer(ask_id=ask_id, ask=ask, answers=answers, surface="web")
 
 
-@database_sync_to_async
+@pooled
 def _answer_form(username: str, ask_id: str, action, form) -> services.PanelAnswer:
     return services.dingtalk_panel_answer(username=username, ask_id=ask_id, action=action, form=form)
 
@@ -68,11 +87,12 @@ class PanelConsumer(AsyncJsonWebsocketConsumer):
             return
         self.username = user.get_username()
         self.group = web.panel_group(self.username)
+        self.view = web.PanelView()  # what this socket was sent, for the heartbeat's catch-up
         await self.channel_layer.group_add(self.group, self.channel_name)
-        await database_sync_to_async(web.presence_touch)(username=self.username, channel_name=self.channel_name)
+        await pooled(web.presence_touch)(username=self.username, channel_name=self.channel_name)
         await self.accept()
         known = parse_qs(self.scope.get("query_string", b"").decode("latin-1")).get("known", [""])[0].split(",")
-        for message in await database_sync_to_async(web.panel_snapshot)(self.username, [k for k in known if k]):
+        for message in await pooled(web.panel_snapshot)(self.username, [k for k in known if k]):
             await self.send_json(message)
         self.heartbeat = asyncio.ensure_future(self._heartbeat())
 
@@ -82,12 +102,26 @@ class PanelConsumer(AsyncJsonWebsocketConsumer):
         if hasattr(self, "heartbeat"):
             self.heartbeat.cancel()
         await self.channel_layer.group_discard(self.group, self.channel_name)
-        await database_sync_to_async(web.presence_drop)(channel_name=self.channel_name)
+        await pooled(web.presence_drop)(channel_name=self.channel_name)
 
     async def _heartbeat(self):
         while True:
             await asyncio.sleep(web.HEARTBEAT_SECONDS)
-            await database_sync_to_async(web.presence_touch)(username=self.username, channel_name=self.channel_name)
+            before = self.view.copy()
+            try:
+                found = await pooled(web.panel_catch_up)(
+                    username=self.username, channel_name=self.channel_name, view=before)
+            except Exception:  # the database is away: the next beat tries again
+                logger.warning("panel heartbeat of %s failed; retrying in %s s", self.username,
+                               web.HEARTBEAT_SECONDS, exc_info=True)
+                continue
+            for message in self.view.caught_up(before, found):
+                await self.send_json(message)
+
+    async def send_json(self, content, close=False):
+        if hasattr(self, "view"):
+            self.view.sent(content)
+        await super().send_json(content, close)
 
     async def receive(self, text_data=None, bytes_data=None, **kwargs):
         """Every frame is parsed by ``jsonlimits.load``; what it refuses gets an error message and
@@ -156,6 +190,6 @@ class PanelConsumer(AsyncJsonWebsocketConsumer):
     async def panel_withdraw(self, event):
         await self.send_json(event["message"])
         if "ask_id" in event:
-            item = await _history_item(self.username, event["ask_id"])
+            item = await _history_add(self.username, event["ask_id"])
             if item is not None:
-                await self.send_json({"type": "history_add", "ask": item})
+                await self.send_json(item)

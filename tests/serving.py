@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -57,6 +58,14 @@ def serve(env: dict[str, str], *options: str, log_dir: Path | None = None) -> It
     Its output goes to ``serve.log`` in ``log_dir`` (default: the data dir), never to an unread
     pipe that could fill up and stall the server; a start failure shows the log.
     """
+    with serve_process(env, *options, log_dir=log_dir) as (base, _):
+        yield base
+
+
+@contextlib.contextmanager
+def serve_process(env: dict[str, str], *options: str,
+                  log_dir: Path | None = None) -> Iterator[tuple[str, subprocess.Popen]]:
+    """``serve`` that also yields the server's process (to stall it with SIGSTOP, say)."""
     port = free_port()
     log_path = Path(log_dir or env["ASKCARDS_DATA_DIR"]) / "serve.log"
     with log_path.open("w+") as log:
@@ -75,8 +84,10 @@ def serve(env: dict[str, str], *options: str, log_dir: Path | None = None) -> It
                     break
                 except requests.ConnectionError:
                     time.sleep(0.1)
-            yield base
+            yield base, server
         finally:
+            if server.poll() is None:
+                server.send_signal(signal.SIGCONT)  # a test may leave it stopped
             server.terminate()
             try:
                 server.wait(timeout=10)

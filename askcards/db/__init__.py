@@ -2,12 +2,13 @@
 transitions' hot path. Every hand-written statement is in ``askcards.db.statements``."""
 from __future__ import annotations
 
+from concurrent.futures import Executor
 from typing import Any, Awaitable, Callable
 
 from asgiref.sync import sync_to_async
 from django.db import close_old_connections
 
-__all__ = ["in_pool"]
+__all__ = ["in_executor", "in_pool"]
 
 
 def in_pool(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Awaitable[Any]:
@@ -17,6 +18,12 @@ def in_pool(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Awaitable[Any]
     call ends a connection when CONN_MAX_AGE says so (every call on PostgreSQL, which hands it back
     to the psycopg pool; SQLite keeps one open per thread, schema read once)."""
 
+    return in_executor(None, fn, *args, **kwargs)
+
+
+def in_executor(executor: Executor | None, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Awaitable[Any]:
+    """``in_pool`` on threads of ``executor`` (None: the event loop's default pool)."""
+
     def call():
         close_old_connections()
         try:
@@ -24,4 +31,4 @@ def in_pool(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Awaitable[Any]
         finally:
             close_old_connections()
 
-    return sync_to_async(call, thread_sensitive=False)()
+    return sync_to_async(call, thread_sensitive=False, executor=executor)()

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from django.db import transaction
 from django.utils import timezone
 
 from askcards import events, selectors
+from askcards.db import statements
 from askcards.models import Ask, PanelPresence, Respondent, Session
 from askcards.tools import dingtalk_ask_user_question as dt
 
@@ -31,9 +34,14 @@ def panel_group(username: str) -> str:
 
 
 def presence_touch(*, username: str, channel_name: str) -> None:
-    PanelPresence.objects.update_or_create(
-        channel_name=channel_name, defaults={"username": username, "last_seen": timezone.now()}
-    )
+    """The socket is connected now. One UPDATE on a heartbeat; the row is made on connect (or again
+    after the worker purged it as stale while its process was stalled)."""
+    now = timezone.now()
+    with transaction.atomic():
+        statements.commit_without_flush_wait(PanelPresence)
+        updated = PanelPresence.objects.filter(channel_name=channel_name).update(username=username, last_seen=now)
+    if not updated:
+        PanelPresence.objects.update_or_create(channel_name=channel_name, defaults={"username": username, "last_seen": now})
 
 
 def presence_drop(*, channel_name: str) -> None:
@@ -157,6 +165,98 @@ def _row_answers(ask: Ask, row: Respondent) -> list[dict[str, str]]:
         question = str(item.get("question") or "")
         answers.append({"question": headers.get(question, question), "answer": "、".join(parts)})
     return answers
+
+
+def history_add(ask: Ask) -> dict[str, Any] | None:
+    """``history_add`` for an ask that ended (read by the panel's queries), or None when the panel's
+    history does not list it (still open, failed, a collection they were not asked in)."""
+    if ask.is_open or ask.status == Ask.Status.FAILED:
+        return None
+    if ask.tool == dt.NAME and selectors.panel_respondent(ask) is None:
+        return None
+    return {"type": "history_add", "ask": history_item(ask)}
+
+
+class PanelView:
+    """What one connected panel socket was sent, as far as catching up needs it: the asks it shows
+    as open (a DingTalk collection it responded to included, until it ends) and the pending asks
+    it has judged (shown, or not for this user).
+
+    Pushes are hints: the channel layer drops a group send when the receiving process is too far
+    behind (its queue full, or older than the expiry). So every heartbeat compares this view with
+    the database (``panel_catch_up``) and sends what the socket lacks: a dropped push costs at most
+    one heartbeat's delay, never a question the person cannot see."""
+
+    OPENING = ("ask_user_questions", "dingtalk_form")
+
+    def __init__(self) -> None:
+        self.open: set[str] = set()
+        self.judged: set[str] = set()
+
+    def copy(self) -> PanelView:
+        view = PanelView()
+        view.open, view.judged = set(self.open), set(self.judged)
+        return view
+
+    def sent(self, message: dict[str, Any]) -> None:
+        """Note a message as it goes to the socket."""
+        kind, ask_id = message.get("type"), message.get("requestId")
+        if not isinstance(ask_id, str):
+            return
+        if kind in self.OPENING or kind == "dingtalk_form_responded":
+            self.open.add(ask_id)
+            self.judged.add(ask_id)
+        elif kind == "ask_user_questions_cancelled":
+            self.open.discard(ask_id)
+
+    def caught_up(self, before: PanelView, found: CatchUp) -> list[dict[str, Any]]:
+        """Take in a catch-up computed from ``before`` (this view as it started); returns its
+        messages that are still news (a push may have brought them meanwhile)."""
+        self.judged = (self.judged - (before.judged - found.pending)) | found.pending
+        self.open -= found.hidden
+        news = []
+        for message in found.messages:
+            kind, ask_id = message.get("type"), message.get("requestId")
+            if kind in self.OPENING and ask_id in self.open:
+                continue
+            if kind == "ask_user_questions_cancelled" and ask_id not in self.open:
+                continue
+            news.append(message)
+        return news
+
+
+@dataclass
+class CatchUp:
+    pending: set[str]  # every pending ask of the user's panel (judged now)
+    messages: list[dict[str, Any]]  # what the socket lacked
+    hidden: set[str]  # asks it showed that the user may no longer see (grant revoked): forgotten
+
+
+def panel_catch_up(*, username: str, channel_name: str, view: PanelView) -> CatchUp:
+    """A connected panel's heartbeat: its presence refreshed, then what the socket lacks compared
+    with the database — asks waiting for the user it was never sent, and how asks it shows as open
+    ended. Two statements when nothing was missed (the presence UPDATE, the pending ids); the
+    asks themselves are read only when something differs."""
+    presence_touch(username=username, channel_name=channel_name)
+    pending = selectors.panel_pending_ids(username)
+    fresh, ended = pending - view.judged, view.open - pending
+    found = CatchUp(pending, [], set())
+    if not fresh and not ended:
+        return found
+    messages = found.messages
+    rows = selectors.panel_asks_by_id(username=username, ask_ids=[*fresh, *ended])
+    found.hidden = ended - {ask.id for ask in rows}
+    for ask in rows:
+        if ask.id in ended:
+            if not ask.is_open:
+                messages.append(cancelled_message(ask))
+                if (item := history_add(ask)) is not None:
+                    messages.append(item)
+        elif selectors.panel_waiting(ask):
+            messages.append(ask_message(ask))
+    if messages:
+        logger.info("panel of %s caught up %d message(s) its pushes did not bring", username, len(messages))
+    return found
 
 
 def panel_snapshot(username: str, known: list[str]) -> list[dict[str, Any]]:

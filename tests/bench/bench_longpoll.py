@@ -454,14 +454,25 @@ async def capacity_round(http: aiohttp.ClientSession, base: str, auth: dict[str,
 
 async def find_capacity(http: aiohttp.ClientSession, base: str, auth: dict[str, str], panel: Panel,
                         args: argparse.Namespace) -> list[dict[str, Any]]:
-    """The highest steady answer rate with wake p99 under 100 ms and nothing lost: the rate doubles
-    from ``--capacity-start`` until a step misses, then bisects between the last step that held and
-    the first that missed (``--capacity-steps`` steps in all)."""
+    """The highest steady answer rate with wake p99 under 100 ms and nothing lost (``search_capacity``
+    over ``capacity_round``s from ``--capacity-start``, ``--capacity-steps`` steps in all)."""
+    return await search_capacity(lambda rate: capacity_round(http, base, auth, panel, args, rate),
+                                 args.capacity_start, args.capacity_steps)
+
+
+async def search_capacity(measure, start: float, count: int) -> list[dict[str, Any]]:
+    """The highest steady answer rate with wake p99 under 100 ms and nothing lost: ``await
+    measure(rate)`` runs one step (a dict with ``rate``, ``asks``, ``p50``, ``p99``, ``lost`` and
+    ``slip_ms``); the rate doubles from ``start`` until a step misses, then bisects between the last
+    step that held and the first that missed (``count`` steps at most). Returns the steps, each
+    with ``held``."""
     steps: list[dict[str, Any]] = []
     good, bad = 0.0, None
-    rate = args.capacity_start
-    for _ in range(args.capacity_steps):
-        step = await capacity_round(http, base, auth, panel, args, rate)
+    rate = start
+    for _ in range(count):
+        step = await measure(rate)
+        if step is None:  # nothing left to measure with
+            break
         step["held"] = step["p99"] < CAPACITY_P99_MS and step["lost"] == 0 and step["slip_ms"] < CAPACITY_P99_MS
         steps.append(step)
         say(f"  capacity step: {rate:.0f} answers/s, {step['asks']} asks: wake p50 {step['p50']:.1f} ms, "

@@ -74,6 +74,7 @@ from tests.bench.bench_longpoll import (
     run_manage,
     run_python,
     say,
+    search_capacity,
     settle,
     until,
     wait_quiet,
@@ -84,6 +85,7 @@ from tests.bench.bench_mcp import Call, check, mcp_call, stop_server
 PG_ADMIN_DSN = f"postgresql://postgres@{HOST}:5432/test"
 REDIS_URL = f"redis://{HOST}:6379/13"
 REST_WAIT = 60
+REST_WAIT_MIN = 30  # a REST client's first wait is 30..60 s (by index), then 60 s: re-polls do not all come at once
 ASK_TIMEOUT = 3600
 WAKE_P99_TARGET_MS = 100.0
 KB_PER_WAITER_TARGET = 50.0
@@ -133,6 +135,23 @@ class Waiter:
     watcher_woke: float | None = None
     watcher_reason: str | None = None
     repolls: int = 0
+    steady: bool = False  # answered in the steady phase (the wake tables); else in a capacity step
+
+    @property
+    def woken(self) -> bool:
+        """Its watcher heard the ask close and, for a REST/MCP waiter, its result came back answered."""
+        if self.watcher_woke is None:
+            return False
+        return self.kind == "panel" or (self.call.done and check("mcp" if self.kind == "mcp" else "rest", self.call) is None)
+
+    def wakes_ms(self) -> list[float]:
+        sent = self.call.answer_sent
+        if sent is None:
+            return []
+        wakes = [] if self.watcher_woke is None else [(self.watcher_woke - sent) * 1000]
+        if self.kind != "panel" and self.call.arrived is not None and self.woken:
+            wakes.append((self.call.arrived - sent) * 1000)
+        return wakes
 
     @property
     def crossing(self) -> bool:
@@ -295,10 +314,11 @@ async def rest_wait(http: aiohttp.ClientSession, base: str, key: str, waiter: Wa
     back pending after its 60 s, whether or not the answer was sent meanwhile), bounded by ``deadline``."""
     call = waiter.call
     headers = {"Authorization": f"Bearer {key}"}
+    wait = REST_WAIT_MIN + waiter.index % (REST_WAIT - REST_WAIT_MIN + 1)  # the first wait only
     try:
         while True:
             call.headers_sent = time.monotonic()
-            async with http.get(f"{base}/api/v1/asks/{call.ask_id}/wait?timeout={REST_WAIT}", headers=headers) as resp:
+            async with http.get(f"{base}/api/v1/asks/{call.ask_id}/wait?timeout={wait}", headers=headers) as resp:
                 body = await resp.read()
                 call.arrived, call.status = time.monotonic(), resp.status
             try:
@@ -309,6 +329,7 @@ async def rest_wait(http: aiohttp.ClientSession, base: str, key: str, waiter: Wa
             # Still pending (its answer not sent, or not yet processed by a busy server): wait again.
             if resp.status == 200 and data.get("status") == "pending" and time.monotonic() < deadline:
                 waiter.repolls += 1
+                wait = REST_WAIT
                 continue
             call.result = {"status": data.get("status"), "ask": data}  # the shape bench_mcp.check reads
             return
@@ -336,6 +357,16 @@ async def answer_steadily(order: list[Waiter], answerers: dict[int, Socket], rat
         assert ws is not None
         await ws.send_str(json.dumps(message))
     return time.monotonic() - start, slip * 1000
+
+
+async def answer_step(segment: list[Waiter], answerers: dict[int, Socket], rate: float) -> dict[str, Any]:
+    """One step of the capacity probe: ``segment`` answered at ``rate``/s, then every waiter of it
+    (its watcher, its REST/MCP call) given time to wake; wake p50/p99 over all of them."""
+    _, slip_ms = await answer_steadily(segment, answerers, rate)
+    await until(lambda: all(w.woken for w in segment), 30 + len(segment) / rate, 0.1)
+    wakes = sorted(ms for w in segment for ms in w.wakes_ms())
+    return {"rate": rate, "asks": len(segment), "p50": percentile(wakes, 50), "p99": percentile(wakes, 99),
+            "lost": sum(1 for w in segment if not w.woken), "slip_ms": slip_ms}
 
 
 async def bench(args: argparse.Namespace, ports: list[int], servers: list[subprocess.Popen],
@@ -454,14 +485,55 @@ async def bench(args: argparse.Namespace, ports: list[int], servers: list[subpro
             say(f"  {len(by_kind['mcp'])} MCP calls parked in {report['mcp_park_seconds']:.1f} s; RSS "
                 + " / ".join(f"{mb(r):.0f}" for r in report["rss"]["mcp"]) + " MB")
 
+            # --- what the parked waiters cost with nothing happening (heartbeats, REST re-polls)
+            cpu = [proc_cpu_seconds(p) for p in pids]
+            t0 = time.monotonic()
+            await asyncio.sleep(args.idle_seconds)
+            report["idle_cpu"] = [(proc_cpu_seconds(p) - c) / (time.monotonic() - t0) for p, c in zip(pids, cpu)]
+
             # --- answers: users in turn, so the answering process alternates
             order = sorted((w for w in waiters if w.call.ask_id), key=lambda w: (w.index % args.per_user, w.user))
             report["unanswerable"] = len(waiters) - len(order)
+            # A capacity probe first, on the first answers (the waiters parked all the while):
+            # rising rates until wake p99 misses 100 ms; the rest answered at the rate that held.
+            report["capacity"] = []
+            if args.capacity_steps:
+                say("  capacity probe (the parked waiters' first answers, in steps of rising rate):")
+                queue = list(order)
+                steady_min = min(len(order) // 2, 1000)  # what the steady phase keeps at least
+
+                async def measure(rate: float) -> dict[str, Any] | None:
+                    count = max(50, round(rate * args.capacity_seconds))
+                    if len(queue) - count < steady_min:
+                        return None
+                    segment = queue[:count]
+                    del queue[:count]
+                    return await answer_step(segment, answerers, rate)
+
+                report["capacity"] = await search_capacity(measure, args.capacity_start, args.capacity_steps)
+                order = queue
+            held = [step["rate"] for step in report["capacity"] if step["held"]]
+            report["rate"] = rate = args.rate or (max(held) if held else args.capacity_start / 2)
+            cut = max(100, round(rate * args.steady_seconds))
+            steady, later = order[:cut], order[cut:]
+            for w in steady:
+                w.steady = True
+            report["steady_answers"] = len(steady)
+            say(f"  steady phase: {len(steady)} answers at {rate:.1f}/s")
             cpu = [proc_cpu_seconds(p) for p in pids]
-            report["answer_seconds"], report["slip_ms"] = await answer_steadily(order, answerers, args.rate)
+            t0 = time.monotonic()
+            report["answer_seconds"], report["slip_ms"] = await answer_steadily(steady, answerers, rate)
+            await until(lambda: all(w.woken for w in steady), 30 + len(steady) / rate / 4, 0.2)
+            report["cpu_answer"] = [proc_cpu_seconds(p) - c for p, c in zip(pids, cpu)]
+            report["cpu_answer_seconds"] = time.monotonic() - t0
+            # The rest: answered faster, checked for losses only (not in the wake tables).
+            report["drained"], report["drain_seconds"] = len(later), 0.0
+            if later:
+                say(f"  the other {len(later)} answers at {args.drain_rate:g}/s (losses only)")
+                report["drain_seconds"], _ = await answer_steadily(later, answerers, args.drain_rate)
+                await until(lambda: all(w.woken for w in later), 60 + len(later) / args.drain_rate, 0.2)
             await settle(tasks, REST_WAIT + 60)
             await until(lambda: all(w.watcher_woke and w.call.ack for w in order), 30, 0.2)
-            report["cpu_answer"] = [proc_cpu_seconds(p) - c for p, c in zip(pids, cpu)]
             report["hwm"] = [proc_status(p).get("VmHWM", 0) for p in pids]
             report["other"] = [m for s in sockets for m in s.other][:3]
         finally:
@@ -495,7 +567,8 @@ async def bench(args: argparse.Namespace, ports: list[int], servers: list[subpro
         if w.kind in ("rest", "mcp"):
             problem = check("mcp" if w.kind == "mcp" else "rest", call)
             if problem is None:
-                wakes.setdefault((w.kind, w.crossing), []).append((call.arrived - call.answer_sent) * 1000)
+                if w.steady:
+                    wakes.setdefault((w.kind, w.crossing), []).append((call.arrived - call.answer_sent) * 1000)
             else:
                 bad(f"{w.kind}: {problem[0]}", problem[1])
         watcher_crossing = PLACEMENTS[w.user % 4][1] != w.answer_server
@@ -503,7 +576,7 @@ async def bench(args: argparse.Namespace, ports: list[int], servers: list[subpro
             bad("panel: watcher never heard the ask close", call.ask_id)
         elif w.watcher_reason != "submitted":  # the reason of an answered ask
             bad(f"panel: closed with reason {w.watcher_reason}", call.ask_id)
-        else:
+        elif w.steady:
             wakes.setdefault(("panel", watcher_crossing), []).append((w.watcher_woke - call.answer_sent) * 1000)
         for role, shown in (("answerer", w.user in answer_shown and call.ask_id in answer_shown[w.user]),
                             ("watcher", w.user in watch_shown and call.ask_id in watch_shown[w.user])):
@@ -539,18 +612,26 @@ def print_report(args: argparse.Namespace, report: dict[str, Any], nofile: tuple
         "PostgreSQL + Redis ===")
     say(f"waiters {n}: REST long-polls {counts['rest']}, MCP calls {counts['mcp']}, panel-only asks {counts['panel']}; "
         f"panel sockets {sum(report['sockets'])} (A {report['sockets'][0]}, B {report['sockets'][1]}; 2 per web user, "
-        f"{args.per_user} asks each); answer rate {args.rate:g}/s; open-file limit {nofile[0]}; cores {os.cpu_count()}; "
+        f"{args.per_user} asks each); steady answer rate {report['rate']:.0f}/s; open-file limit {nofile[0]}; cores {os.cpu_count()}; "
         f"load average at start {report['load_start']:.1f} / end {os.getloadavg()[0]:.1f} (other processes skew every figure)")
     for kind in ("rest", "mcp"):
         a, b = report["parked_per_server"][kind]
         say(f"  {kind}: parked A {a} / B {b}; {report['crossing'][kind]} of them woken from the other process")
     say(f"phases: sockets {report['sockets_seconds']:.1f} s, REST+panel asks {report['create_seconds']:.1f} s, "
-        f"REST parking {report['rest_park_seconds']:.1f} s, MCP parking {report['mcp_park_seconds']:.1f} s, answers "
-        f"{report['answer_seconds']:.1f} s (max schedule slip {report['slip_ms']:.0f} ms); REST re-polls after 60 s: "
+        f"REST parking {report['rest_park_seconds']:.1f} s, MCP parking {report['mcp_park_seconds']:.1f} s, steady answers "
+        f"{report['answer_seconds']:.1f} s (max schedule slip {report['slip_ms']:.0f} ms), the other {report['drained']} "
+        f"answers {report['drain_seconds']:.1f} s; REST re-polls after their 30-60 s: "
         f"{report['repolls']}; returned before any answer: REST {report['rest_early']}, MCP {report['mcp_early']}")
     say(f"panel shows missing once parked ((ask, socket of its user) pairs without the ask's message): "
         f"{report['unshown']} (counted below as lost: that user's tab does not show the ask)")
-    say(f"server CPU during answers+wakes: A {report['cpu_answer'][0]:.1f} s, B {report['cpu_answer'][1]:.1f} s")
+    cpu, idle, answers = report["cpu_answer"], report["idle_cpu"], max(1, report["steady_answers"])
+    per_answer = [c * 1000 / answers for c in cpu]
+    net = [(c - i * report["cpu_answer_seconds"]) * 1000 / answers for c, i in zip(cpu, idle)]
+    say(f"server CPU with everything parked and nothing answered (heartbeats, REST re-polls): A {idle[0]:.0%}, "
+        f"B {idle[1]:.0%} of a core")
+    say(f"server CPU during the steady answers and their wakes ({report['cpu_answer_seconds']:.0f} s): A {cpu[0]:.1f} s, "
+        f"B {cpu[1]:.1f} s; per answer {sum(per_answer):.1f} ms (A {per_answer[0]:.1f}, B {per_answer[1]:.1f}), "
+        f"{sum(net):.1f} ms without the parked waiters' own cost")
     say()
     say("memory (VmRSS, MB)      " + "".join(f"{name:>10}" for name in NAMES))
     steps = [("idle", "idle after start"), ("sockets", "+ panel sockets"), ("asks", "+ REST/panel asks"),
@@ -579,7 +660,12 @@ def print_report(args: argparse.Namespace, report: dict[str, Any], nofile: tuple
     say(f"all parked (sockets + asks + long-polls + calls) minus idle: {mb(total_parked):.0f} MB over "
         f"{waiters_total} connections = {overall:.1f} kB each")
     say()
-    say("wake latency, answer sent -> waiter woke (ms):")
+    for step in report["capacity"]:
+        say(f"capacity step {step['rate']:.0f} answers/s ({step['asks']} answers): wake p50 {step['p50']:.1f} ms, "
+            f"p99 {step['p99']:.1f} ms, lost {step['lost']}, send slip {step['slip_ms']:.0f} ms "
+            f"-> {'held' if step['held'] else 'missed'}")
+    say(f"wake latency of the steady phase ({report['steady_answers']} answers at {report['rate']:.0f}/s), "
+        "answer sent -> waiter woke (ms):")
     all_wakes: list[float] = []
     for kind in KINDS:
         for crossing in (False, True):
@@ -605,8 +691,15 @@ def print_report(args: argparse.Namespace, report: dict[str, Any], nofile: tuple
             say(f"YARDSTICK {NAMES[s]} {label}: {figures['rps']:.0f} req/s, p50 {figures['p50']:.1f} ms, "
                 f"p99 {figures['p99']:.1f} ms (20 keep-alive clients, {args.yardstick_seconds:g} s){extra}")
     trivial = sum(y["admin"]["rps"] for y in report["yardstick"])
-    say(f"RATIO answer rate / trivial view (both servers' GET /admin/ summed): {args.rate:g} / {trivial:.0f} = "
-        f"{args.rate / trivial if trivial else float('nan'):.3f}")
+    rate = report["rate"]
+    say(f"RATIO steady answer rate / trivial view (both servers' GET /admin/ summed): {rate:.0f} / {trivial:.0f} = "
+        f"{rate / trivial if trivial else float('nan'):.3f}")
+    held = [step["rate"] for step in report["capacity"] if step["held"]]
+    if report["capacity"]:
+        best = max(held) if held else 0.0
+        say(f"RATIO capacity (highest probed rate with wake p99 < {WAKE_P99_TARGET_MS:.0f} ms and nothing lost) / "
+            f"trivial view: " + (f"{best:.0f} / {trivial:.0f} = {best / trivial if trivial else float('nan'):.3f}"
+                                 if held else f"none held (the first step, {args.capacity_start:g}/s, missed)"))
     p99 = percentile(all_wakes, 99)
     say()
     say("targets (printed, not asserted): "
@@ -650,15 +743,32 @@ def flush_redis() -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--waiters", type=int, default=10000, help="asks with a parked waiter, default 10000")
-    parser.add_argument("--rate", type=float, default=50.0, help="answers per second, default 50")
+    parser.add_argument("--rate", type=float, default=0.0,
+                        help="steady answers per second; default: the highest rate the capacity probe held")
+    parser.add_argument("--capacity-steps", type=int, default=6,
+                        help="steps of the capacity probe (wake p99 < 100 ms, nothing lost); 0 skips it, default 6")
+    parser.add_argument("--capacity-start", type=float, default=10.0, help="its first rate, answers/s, default 10")
+    parser.add_argument("--capacity-seconds", type=float, default=5.0, help="answers per step: rate x this (50 at least)")
+    parser.add_argument("--steady-seconds", type=float, default=120.0,
+                        help="length of the steady phase (its wakes are the tables); the answers left after it go "
+                             "out at --drain-rate and count for losses only; default 120")
+    parser.add_argument("--drain-rate", type=float, default=40.0, help="answers/s after the steady phase, default 40")
     parser.add_argument("--per-user", type=int, default=10, help="pending asks per web user (2 sockets each), default 10")
     parser.add_argument("--create-concurrency", type=int, default=20, help="creations in flight, default 20")
     parser.add_argument("--yardstick-seconds", type=float, default=5.0)
+    parser.add_argument("--idle-seconds", type=float, default=15.0,
+                        help="seconds the servers' CPU is measured with everything parked, before the answers")
     parser.add_argument("--bound", type=float, default=1200.0, help="seconds after which REST waits stop re-polling")
     parser.add_argument("--keep", action="store_true", help="keep the data dir with the server logs (debugging)")
     args = parser.parse_args(argv)
-    if not 3 <= args.waiters <= 20000 or args.rate <= 0 or not 1 <= args.per_user <= 100:
-        parser.error("--waiters 3..20000, --rate > 0, --per-user 1..100")
+    if not 3 <= args.waiters <= 20000 or args.rate < 0 or not 1 <= args.per_user <= 100:
+        parser.error("--waiters 3..20000, --rate >= 0, --per-user 1..100")
+    if not 0 <= args.capacity_steps <= 20 or args.capacity_start <= 0 or not 1 <= args.capacity_seconds <= 60:
+        parser.error("--capacity-steps 0..20, --capacity-start > 0, --capacity-seconds 1..60")
+    if args.steady_seconds <= 0 or args.drain_rate <= 0:
+        parser.error("--steady-seconds and --drain-rate > 0")
+    if not args.rate and not args.capacity_steps:
+        parser.error("--capacity-steps 0 needs a --rate")
 
     nofile = raise_nofile_limit()  # before the servers start: they inherit it
     users = math.ceil(args.waiters / args.per_user)
@@ -693,7 +803,7 @@ def main(argv: list[str] | None = None) -> int:
                 cwd=PROJECT_DIR, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             ))
         say(f"server A pid {servers[0].pid} on :{ports[0]} (with the worker), B pid {servers[1].pid} on :{ports[1]}")
-        budget = 900 + args.waiters / 5 + args.waiters / args.rate
+        budget = 1200 + args.waiters / 5 + args.steady_seconds + args.waiters / args.drain_rate
         report = asyncio.run(asyncio.wait_for(bench(args, ports, servers, setup), budget))
         print_report(args, report, nofile)
         return 0

@@ -190,3 +190,47 @@ async def test_reconnect_never_reveals_another_users_asks(web_surface, agent, we
     assert await bob.receive_nothing(timeout=0.3)
     await bob.disconnect()
     await panel.disconnect()
+
+
+async def _messages_until(panel, done, timeout: float = 5.0) -> list[dict]:
+    """Every message the socket gets until ``done(messages)`` holds (or ``timeout`` s pass)."""
+    import asyncio
+
+    messages: list[dict] = []
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not done(messages) and loop.time() < deadline:
+        try:
+            messages.append(await panel.receive_json_from(timeout=max(0.01, deadline - loop.time())))
+        except asyncio.TimeoutError:
+            break
+    return messages
+
+
+async def test_panel_catches_up_on_pushes_it_never_got(web_surface, agent, web_session, users, monkeypatch):
+    """A push is a hint the channel layer may drop (Redis drops group sends to a process that is too
+    far behind): at its next heartbeat the socket is sent the new ask whose push never came, and
+    told how an ask it shows ended without one — each once."""
+    from askcards.surfaces import web
+
+    monkeypatch.setattr(web, "HEARTBEAT_SECONDS", 0.2)
+    panel = await _panel(users[0])
+    shown = await _ask(agent, web_session)
+    assert (await panel.receive_json_from(timeout=5))["requestId"] == shown.ask.id
+    monkeypatch.setattr(web.WebSurface, "_push", lambda self, ask, message: None)  # every push lost from now on
+    unseen = await _ask(agent, web_session)
+    await database_sync_to_async(services.ask_answer)(ask_id=shown.ask.id, answers=answer_for(), surface="feishu")
+
+    messages = await _messages_until(panel, lambda got: {"ask_user_questions", "history_add"} <= {m["type"] for m in got})
+    got = [(m["type"], m.get("requestId") or m["ask"]["requestId"]) for m in messages]
+    assert sorted(got) == sorted([
+        ("ask_user_questions", unseen.ask.id),
+        ("ask_user_questions_cancelled", shown.ask.id),
+        ("history_add", shown.ask.id),
+    ]), got
+    new = next(m for m in messages if m["type"] == "ask_user_questions")
+    assert new["questions"] == unseen.ask.questions
+    cancelled = next(m for m in messages if m["type"] == "ask_user_questions_cancelled")
+    assert cancelled["reason"] == "submitted"
+    assert await panel.receive_nothing(timeout=0.6)  # three more beats: nothing said twice
+    await panel.disconnect()
