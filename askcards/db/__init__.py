@@ -2,7 +2,7 @@
 transitions' hot path. Every hand-written statement is in ``askcards.db.statements``."""
 from __future__ import annotations
 
-from concurrent.futures import Executor
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Awaitable, Callable
 
 from asgiref.sync import sync_to_async
@@ -21,7 +21,7 @@ def in_pool(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Awaitable[Any]
     return in_executor(None, fn, *args, **kwargs)
 
 
-def in_executor(executor: Executor | None, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Awaitable[Any]:
+def in_executor(executor: ThreadPoolExecutor | None, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Awaitable[Any]:
     """``in_pool`` on threads of ``executor`` (None: the event loop's default pool)."""
 
     def call():
