@@ -98,14 +98,15 @@ def test_wrong_app_secret_fails_at_once_without_leaking_it(fake_feishu):
     assert len(fake_feishu.requests) == 1
 
 
-def test_a_token_cache_outage_costs_one_token_request_not_one_per_call(fake_feishu, client, flaky_cache):
+def test_a_token_cache_outage_costs_one_token_request_not_one_per_call(fake_feishu, client, clock, flaky_cache):
     flaky_cache.down = True
 
     message = _sent(client)
     for _ in range(4):  # Feishu refuses a sixth PATCH of a message within a second
         client.patch_card(message.message_id, DONE)
-    # Another client of the same app in this process (another thread's) has it too.
-    other = FeishuClient(fake_feishu.app_id, fake_feishu.app_secret, fake_feishu.base_url)
+    # Another client of the same app in this process (another thread's) has it too. It shares the
+    # process's clock, as every client does outside tests (time.monotonic; the fake one here).
+    other = FeishuClient(fake_feishu.app_id, fake_feishu.app_secret, fake_feishu.base_url, clock=clock.now)
     other.patch_card(message.message_id, CARD)
 
     assert flaky_cache.calls_refused > 0
