@@ -131,6 +131,7 @@ def _instance(model: type[models.Model], connection: BaseDatabaseWrapper, names:
     )
 
 
+@functools.lru_cache(maxsize=None)
 def _field_names(model: type[models.Model]) -> tuple[str, ...]:
     return tuple(field.name for field in model._meta.concrete_fields)
 
@@ -244,13 +245,13 @@ def ask_close(
             pending.update(status=Respondent.Status.MISSING)
         AskEvent.objects.create(ask_id=pk, **audit)
         return True
-    ask_fields = {field.name: field for field in Ask._meta.concrete_fields}
-    respondent_fields = {field.name: field for field in Respondent._meta.concrete_fields}
-    params = [ask_fields[name].get_db_prep_save(value, connection) for name, value in changes.items()]
+    params = [concrete_field(Ask, name).get_db_prep_save(value, connection) for name, value in changes.items()]
     params += [pk, from_status]
     if respondent is not None:
         key, new_values = respondent
-        params += [respondent_fields[name].get_db_prep_save(value, connection) for name, value in new_values.items()]
+        params += [
+            concrete_field(Respondent, name).get_db_prep_save(value, connection) for name, value in new_values.items()
+        ]
         params += [key, Respondent.Status.PENDING]
     if missing:
         params += [Respondent.Status.MISSING, Respondent.Status.PENDING, respondent[0] if respondent else ""]
@@ -270,11 +271,9 @@ def _ask_close_sql(alias: str, changes: tuple[str, ...], respondent: tuple[str, 
 
     connection = connections[alias]
     q = functools.partial(quote, connection)
-    ask_columns = {field.name: column(field) for field in Ask._meta.concrete_fields}
-    respondent_columns = {field.name: column(field) for field in Respondent._meta.concrete_fields}
     ask_table, respondent_table = q(Ask._meta.db_table), q(Respondent._meta.db_table)
     parts = [
-        f"won AS (UPDATE {ask_table} SET {', '.join(f'{q(ask_columns[name])} = %s' for name in changes)} "
+        f"won AS (UPDATE {ask_table} SET {', '.join(f'{q(column(concrete_field(Ask, name)))} = %s' for name in changes)} "
         f"WHERE {q('id')} = %s AND {q('status')} = %s RETURNING {q('id')})"
     ]
     # Two parts must not update one row (each sees the rows as they were before the statement):
@@ -282,7 +281,7 @@ def _ask_close_sql(alias: str, changes: tuple[str, ...], respondent: tuple[str, 
     if respondent is not None:
         parts.append(
             f"answered AS (UPDATE {respondent_table} SET "
-            f"{', '.join(f'{q(respondent_columns[name])} = %s' for name in respondent)} "
+            f"{', '.join(f'{q(column(concrete_field(Respondent, name)))} = %s' for name in respondent)} "
             f"WHERE {q('ask_id')} IN (SELECT {q('id')} FROM won) AND {q('respondent_key')} = %s AND {q('status')} = %s)"
         )
     if missing:
