@@ -79,6 +79,61 @@ def _answer_form(username: str, ask_id: str, action, form) -> services.PanelAnsw
     return services.dingtalk_panel_answer(username=username, ask_id=ask_id, action=action, form=form)
 
 
+class PanelBeat:
+    """The heartbeat of every panel socket of this process: one task, one ``panels_catch_up`` every
+    ``HEARTBEAT_SECONDS`` for all of them. One beat per socket was a presence write and two reads
+    per socket every 30 s: at 2000 sockets a process, 67 round trips a second that pushes queued
+    behind (tests/bench/README.md, bench_scaleout).
+
+    The task runs while sockets are joined, on their event loop. A server has one loop; tests run
+    one each, and a socket a test left open belongs to a loop that is gone: a join on another
+    loop starts afresh."""
+
+    def __init__(self) -> None:
+        self.sockets: dict[str, PanelConsumer] = {}  # channel name → its consumer
+        self.task: asyncio.Task | None = None
+
+    def join(self, consumer: PanelConsumer) -> None:
+        if self.task is not None and self.task.get_loop() is not asyncio.get_running_loop():
+            self.sockets, self.task = {}, None
+        self.sockets[consumer.channel_name] = consumer
+        if self.task is None or self.task.done():
+            self.task = asyncio.ensure_future(self._run())
+
+    def leave(self, consumer: PanelConsumer) -> None:
+        self.sockets.pop(consumer.channel_name, None)
+        if not self.sockets and self.task is not None:
+            self.task.cancel()
+            self.task = None
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(web.HEARTBEAT_SECONDS)
+            if self.sockets:
+                await self.beat()
+
+    async def beat(self) -> None:
+        consumers = list(self.sockets.values())
+        before = [web.PanelSocket(c.username, c.channel_name, c.view.copy()) for c in consumers]
+        try:
+            found = await pooled(web.panels_catch_up)(before)
+        except Exception:  # the database is away: the next beat tries again
+            logger.warning("heartbeat of %d panel socket(s) failed; retrying in %s s", len(before),
+                           web.HEARTBEAT_SECONDS, exc_info=True)
+            return
+        for consumer, socket, catch_up in zip(consumers, before, found):
+            if self.sockets.get(consumer.channel_name) is not consumer:
+                continue  # it disconnected meanwhile
+            try:
+                for message in consumer.view.caught_up(socket.view, catch_up):
+                    await consumer.send_json(message)
+            except Exception:  # one socket's failure is not the others'
+                logger.warning("panel catch-up of %s could not be sent", consumer.username, exc_info=True)
+
+
+panel_beat = PanelBeat()
+
+
 class PanelConsumer(AsyncJsonWebsocketConsumer):
     async def connect(self):
         user = self.scope.get("user")
@@ -94,29 +149,14 @@ class PanelConsumer(AsyncJsonWebsocketConsumer):
         known = parse_qs(self.scope.get("query_string", b"").decode("latin-1")).get("known", [""])[0].split(",")
         for message in await pooled(web.panel_snapshot)(self.username, [k for k in known if k]):
             await self.send_json(message)
-        self.heartbeat = asyncio.ensure_future(self._heartbeat())
+        panel_beat.join(self)
 
     async def disconnect(self, code):
         if not hasattr(self, "username"):
             return
-        if hasattr(self, "heartbeat"):
-            self.heartbeat.cancel()
+        panel_beat.leave(self)
         await self.channel_layer.group_discard(self.group, self.channel_name)
         await pooled(web.presence_drop)(channel_name=self.channel_name)
-
-    async def _heartbeat(self):
-        while True:
-            await asyncio.sleep(web.HEARTBEAT_SECONDS)
-            before = self.view.copy()
-            try:
-                found = await pooled(web.panel_catch_up)(
-                    username=self.username, channel_name=self.channel_name, view=before)
-            except Exception:  # the database is away: the next beat tries again
-                logger.warning("panel heartbeat of %s failed; retrying in %s s", self.username,
-                               web.HEARTBEAT_SECONDS, exc_info=True)
-                continue
-            for message in self.view.caught_up(before, found):
-                await self.send_json(message)
 
     async def send_json(self, content, close=False):
         if hasattr(self, "view"):

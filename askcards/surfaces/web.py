@@ -34,14 +34,25 @@ def panel_group(username: str) -> str:
 
 
 def presence_touch(*, username: str, channel_name: str) -> None:
-    """The socket is connected now. One UPDATE on a heartbeat; the row is made on connect (or again
-    after the worker purged it as stale while its process was stalled)."""
+    """The socket is connected now (on connect; ``presence_refresh`` keeps it fresh)."""
+    presence_refresh({channel_name: username})
+
+
+def presence_refresh(sockets: dict[str, str]) -> None:
+    """These sockets (channel name → username) are connected now: one UPDATE per
+    ``PANEL_BEAT_CHUNK`` of them, and the rows the worker purged as stale while their process was
+    stalled made again."""
     now = timezone.now()
-    with transaction.atomic():
-        statements.commit_without_flush_wait(PanelPresence)
-        updated = PanelPresence.objects.filter(channel_name=channel_name).update(username=username, last_seen=now)
-    if not updated:
-        PanelPresence.objects.update_or_create(channel_name=channel_name, defaults={"username": username, "last_seen": now})
+    names = list(sockets)
+    for start in range(0, len(names), selectors.PANEL_BEAT_CHUNK):
+        chunk = names[start:start + selectors.PANEL_BEAT_CHUNK]
+        with transaction.atomic():
+            statements.commit_without_flush_wait(PanelPresence)
+            updated = PanelPresence.objects.filter(channel_name__in=chunk).update(last_seen=now)
+        if updated < len(chunk):
+            PanelPresence.objects.bulk_create(
+                [PanelPresence(channel_name=name, username=sockets[name], last_seen=now) for name in chunk],
+                ignore_conflicts=True)
 
 
 def presence_drop(*, channel_name: str) -> None:
@@ -232,31 +243,55 @@ class CatchUp:
     hidden: set[str]  # asks it showed that the user may no longer see (grant revoked): forgotten
 
 
-def panel_catch_up(*, username: str, channel_name: str, view: PanelView) -> CatchUp:
-    """A connected panel's heartbeat: its presence refreshed, then what the socket lacks compared
-    with the database — asks waiting for the user it was never sent, and how asks it shows as open
-    ended. Two statements when nothing was missed (the presence UPDATE, the pending ids); the
-    asks themselves are read only when something differs."""
-    presence_touch(username=username, channel_name=channel_name)
-    pending = selectors.panel_pending_ids(username)
-    fresh, ended = pending - view.judged, view.open - pending
-    found = CatchUp(pending, [], set())
-    if not fresh and not ended:
-        return found
-    messages = found.messages
-    rows = selectors.panel_asks_by_id(username=username, ask_ids=[*fresh, *ended])
-    found.hidden = ended - {ask.id for ask in rows}
-    for ask in rows:
+@dataclass
+class PanelSocket:
+    """One connected panel socket as the heartbeat sees it: whose, its channel, what it was sent."""
+    username: str
+    channel_name: str
+    view: PanelView
+
+
+def panels_catch_up(sockets: list[PanelSocket]) -> list[CatchUp]:
+    """The heartbeat of all of a process's panel sockets (one per ``HEARTBEAT_SECONDS``, not one per
+    socket): their presence refreshed, then what each socket lacks compared with the database —
+    asks waiting for its user it was never sent, and how asks it shows as open ended. When nothing
+    was missed that is two statements per ``PANEL_BEAT_CHUNK`` sockets (the presence UPDATE) and two
+    per chunk of users (their sessions, their pending ask ids), compared socket by socket here; the
+    asks themselves are read only for a user whose sockets differ, once for all of them. Returns
+    one ``CatchUp`` per socket, in order."""
+    presence_refresh({socket.channel_name: socket.username for socket in sockets})
+    pending = selectors.panel_pending_ids(socket.username for socket in sockets)
+    found = [CatchUp(pending.get(socket.username, set()), [], set()) for socket in sockets]
+    wanted: dict[str, set[str]] = {}
+    for socket, catch_up in zip(sockets, found):
+        differ = (catch_up.pending - socket.view.judged) | (socket.view.open - catch_up.pending)
+        if differ:
+            wanted.setdefault(socket.username, set()).update(differ)
+    rows = {username: {ask.id: ask for ask in selectors.panel_asks_by_id(username=username, ask_ids=sorted(ids))}
+            for username, ids in wanted.items()}
+    for socket, catch_up in zip(sockets, found):
+        if socket.username in rows:
+            _catch_up_socket(socket.view, catch_up, rows[socket.username])
+            if catch_up.messages:
+                logger.info("panel of %s caught up %d message(s) its pushes did not bring",
+                            socket.username, len(catch_up.messages))
+    return found
+
+
+def _catch_up_socket(view: PanelView, found: CatchUp, rows: dict[str, Ask]) -> None:
+    """``found``'s messages and hidden asks for one socket's ``view``, from its user's asks that
+    any of their sockets lacked (``rows``, read by the panel's queries: those the user may see),
+    oldest first."""
+    fresh, ended = found.pending - view.judged, view.open - found.pending
+    found.hidden = {ask_id for ask_id in ended if ask_id not in rows}
+    for ask in rows.values():
         if ask.id in ended:
             if not ask.is_open:
-                messages.append(cancelled_message(ask))
+                found.messages.append(cancelled_message(ask))
                 if (item := history_add(ask)) is not None:
-                    messages.append(item)
-        elif selectors.panel_waiting(ask):
-            messages.append(ask_message(ask))
-    if messages:
-        logger.info("panel of %s caught up %d message(s) its pushes did not bring", username, len(messages))
-    return found
+                    found.messages.append(item)
+        elif ask.id in fresh and selectors.panel_waiting(ask):
+            found.messages.append(ask_message(ask))
 
 
 def panel_snapshot(username: str, known: list[str]) -> list[dict[str, Any]]:
