@@ -155,6 +155,12 @@ def ask_get(*, agent: Agent, ask_id: str) -> Ask:
     return ask
 
 
+def ask_is_open(*, agent: Agent, ask_id: str) -> bool:
+    """Whether this agent's ask is still open (False when there is no such ask): a parked wait's
+    re-read, the status alone."""
+    return Ask.objects.filter(agent=agent, id=ask_id, status__in=Ask.OPEN).exists()
+
+
 def ask_list(*, agent: Agent, session: Session | None = None, status: str | None = None) -> QuerySet[Ask]:
     asks = Ask.objects.filter(agent=agent).select_related("session").prefetch_related("respondents")
     if session is not None:

@@ -34,17 +34,43 @@ class LongPoll:
 
 
 class LongPollResponse(Response):
-    """A view's response that may carry a ``LongPoll``: then ``LongPollApp`` waits on its groups."""
+    """A view's response that may carry a ``LongPoll``: then ``LongPollApp`` waits on its groups.
+
+    Its data may be given ``later``: computed only when the response is rendered, which a parked
+    long-poll never is (``LongPollApp`` answers with ``again``'s data instead). A client that waits
+    by re-polling every minute thus costs one rendering per minute, not two; under a server
+    without ``LongPollApp`` (plain WSGI) the response renders its data at once, as any other."""
 
     long_poll: LongPoll | None = None
 
+    def __init__(self, data: Any = None, *args: Any, later: Callable[[], Any] | None = None, **kwargs: Any):
+        self._later = later
+        super().__init__(data, *args, **kwargs)
+
+    @property
+    def data(self) -> Any:
+        if self._later is not None:
+            self._data, self._later = self._later(), None
+        return self._data
+
+    @data.setter
+    def data(self, value: Any) -> None:
+        self._data = value
+
+
+def _parks(response: Any) -> bool:
+    poll: LongPoll | None = getattr(response, "long_poll", None)
+    return poll is not None and poll.timeout > 0
+
 
 def _in_pool(fn, *args, **kwargs):
-    """Run a view call in the shared thread pool (``askcards.db.in_pool``), rendered there too."""
+    """Run a view call in the shared thread pool (``askcards.db.in_pool``), rendered there too
+    (unless it is a long-poll about to park: its body is ``again``'s)."""
 
     def call():
         response = fn(*args, **kwargs)
-        if response is not None and hasattr(response, "render") and not getattr(response, "is_rendered", True):
+        if (response is not None and hasattr(response, "render") and not getattr(response, "is_rendered", True)
+                and not _parks(response)):
             response.render()
         return response
 
@@ -90,10 +116,9 @@ class LongPollApp:
             # as the authenticated user instead of checking the key a second time.
             request._force_auth_user = agent
         response = await _in_pool(self.view, request, **kwargs)
-        poll: LongPoll | None = getattr(response, "long_poll", None)
-        if poll is not None and poll.timeout > 0:
+        if _parks(response):
             with metrics.parked("rest"):
-                response = await self._wait(poll, receive)
+                response = await self._wait(response.long_poll, receive)
             if response is None:  # client went away
                 return
         await edge.send_response(send, response, request)

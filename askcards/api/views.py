@@ -121,16 +121,33 @@ class AgentRecoverApi(APIView):
 
 def _ask_now(agent, ask_id: str, *, final: bool, deliver: bool, shape: Callable[[Ask], Any]) -> Any:
     """The ask as it is now, rendered by ``shape``; None while it is still open and the caller
-    may keep waiting (``final`` False).
-
-    ``deliver`` (POST only): a terminal ask's result in this response counts as handed to its
-    agent (services.ask_result_returned: not webhooked again, its retention clock starts)."""
-    ask = selectors.ask_get(agent=agent, ask_id=ask_id)
-    if not final and ask.is_open:
+    may keep waiting (``final`` False: a parked wait's re-read, which reads only the status)."""
+    if not final and selectors.ask_is_open(agent=agent, ask_id=ask_id):
         return None
+    return _ask_data(selectors.ask_get(agent=agent, ask_id=ask_id), deliver=deliver, shape=shape)
+
+
+def _ask_data(ask: Ask, *, deliver: bool, shape: Callable[[Ask], Any]) -> Any:
+    """``ask`` rendered by ``shape``. ``deliver`` (POST only): a terminal ask's result in this
+    response counts as handed to its agent (services.ask_result_returned: not webhooked again, its
+    retention clock starts)."""
     if deliver:
         services.ask_result_returned(ask=ask)
     return shape(ask)
+
+
+def _ask_waited(agent, ask: Ask, *, wait: int, deliver: bool, shape: Callable[[Ask], Any]) -> Response:
+    """``ask`` (just read) in a response; while it is open and the client waits, a long-poll on it
+    whose first rendering is left until it is needed (``LongPollResponse``)."""
+    if not (ask.is_open and wait):
+        return Response(_ask_data(ask, deliver=deliver, shape=shape))
+    response = LongPollResponse(later=lambda: _ask_data(ask, deliver=deliver, shape=shape))
+    response.long_poll = LongPoll(
+        groups=[events.ask_group(ask.id)],
+        timeout=wait,
+        again=lambda final: _ask_now(agent, ask.id, final=final, deliver=deliver, shape=shape),
+    )
+    return response
 
 
 def _tool_call_data(ask: Ask) -> dict[str, Any]:
@@ -161,15 +178,8 @@ class ToolCallApi(APIView):
         if outcome.ask is None:
             data = {"status": outcome.status, "ask": None, "tool_result": outcome.tool_result}
             return Response(s.ToolCallOutput.of(data))
-        ask = outcome.ask
-        response = LongPollResponse(_ask_now(agent, ask.id, final=True, deliver=True, shape=_tool_call_data))
-        if ask.is_open and data["wait"]:
-            response.long_poll = LongPoll(
-                groups=[events.ask_group(ask.id)],
-                timeout=data["wait"],
-                again=lambda final: _ask_now(agent, ask.id, final=final, deliver=True, shape=_tool_call_data),
-            )
-        return response
+        ask = selectors.ask_get(agent=agent, ask_id=outcome.ask.id)  # as it is now, with its session
+        return _ask_waited(agent, ask, wait=data["wait"], deliver=True, shape=_tool_call_data)
 
 
 class AskListApi(APIView):
@@ -226,14 +236,8 @@ class AskWaitApi(APIView):
 
     @staticmethod
     def _wait(agent, ask_id: str, timeout: int, *, deliver: bool) -> Response:
-        response = LongPollResponse(_ask_now(agent, ask_id, final=True, deliver=deliver, shape=s.AskOutput.of))
-        if response.data["status"] in Ask.OPEN and timeout:
-            response.long_poll = LongPoll(
-                groups=[events.ask_group(ask_id)],
-                timeout=timeout,
-                again=lambda final: _ask_now(agent, ask_id, final=final, deliver=deliver, shape=s.AskOutput.of),
-            )
-        return response
+        ask = selectors.ask_get(agent=agent, ask_id=ask_id)
+        return _ask_waited(agent, ask, wait=timeout, deliver=deliver, shape=s.AskOutput.of)
 
 
 class AskCancelApi(APIView):
