@@ -81,9 +81,10 @@ def _answer_form(username: str, ask_id: str, action, form) -> services.PanelAnsw
 
 class PanelBeat:
     """The heartbeat of every panel socket of this process: one task, one ``panels_catch_up`` every
-    ``HEARTBEAT_SECONDS`` for all of them. One beat per socket was a presence write and two reads
-    per socket every 30 s: at 2000 sockets a process, 67 round trips a second that pushes queued
-    behind (tests/bench/README.md, bench_scaleout).
+    ``HEARTBEAT_SECONDS`` for all of them, and ``PUSH_GRACE_SECONDS`` later a second look at the
+    sockets that differed from the database (``PanelView.suspects``). One beat per socket was a
+    presence write and two reads per socket every 30 s: at 2000 sockets a process, 67 round trips a
+    second that pushes queued behind (tests/bench/README.md, bench_scaleout).
 
     The task runs while sockets are joined, on their event loop. A server has one loop; tests run
     one each, and a socket a test left open belongs to a loop that is gone: a join on another
@@ -109,14 +110,19 @@ class PanelBeat:
     async def _run(self) -> None:
         while True:
             await asyncio.sleep(web.HEARTBEAT_SECONDS)
-            if self.sockets:
-                await self.beat()
+            await self.beat(list(self.sockets.values()), presence=True)
+            # What differed is looked at again once a push under way has had time to arrive.
+            suspected = [c for c in self.sockets.values() if c.view.suspects]
+            if suspected:
+                await asyncio.sleep(web.PUSH_GRACE_SECONDS)
+                await self.beat([c for c in suspected if self.sockets.get(c.channel_name) is c], presence=False)
 
-    async def beat(self) -> None:
-        consumers = list(self.sockets.values())
+    async def beat(self, consumers: list[PanelConsumer], *, presence: bool) -> None:
+        if not consumers:
+            return
         before = [web.PanelSocket(c.username, c.channel_name, c.view.copy()) for c in consumers]
         try:
-            found = await pooled(web.panels_catch_up)(before)
+            found = await pooled(web.panels_catch_up)(before, presence=presence)
         except Exception:  # the database is away: the next beat tries again
             logger.warning("heartbeat of %d panel socket(s) failed; retrying in %s s", len(before),
                            web.HEARTBEAT_SECONDS, exc_info=True)

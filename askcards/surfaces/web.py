@@ -26,6 +26,9 @@ logger = logging.getLogger(__name__)
 
 PRESENCE_TTL = timedelta(seconds=90)
 HEARTBEAT_SECONDS = 30
+# How long a push may be under way: a socket's difference from the database is acted on only when
+# it is still there this much later (``panels_catch_up``).
+PUSH_GRACE_SECONDS = 5
 
 
 def panel_group(username: str) -> str:
@@ -195,18 +198,24 @@ class PanelView:
 
     Pushes are hints: the channel layer drops a group send when the receiving process is too far
     behind (its queue full, or older than the expiry). So every heartbeat compares this view with
-    the database (``panel_catch_up``) and sends what the socket lacks: a dropped push costs at most
-    one heartbeat's delay, never a question the person cannot see."""
+    the database (``panels_catch_up``) and sends what the socket lacks: a dropped push costs at most
+    one heartbeat's delay (and the grace below), never a question the person cannot see.
+
+    ``suspects``: how the socket differed from the database at the last comparison. A difference
+    is acted on only once it is seen twice, ``PUSH_GRACE_SECONDS`` apart at least: the push of an
+    ask made a moment before a beat is usually still under way, and reading it for every socket
+    of a busy deployment at every beat would cost more than the pushes themselves."""
 
     OPENING = ("ask_user_questions", "dingtalk_form")
 
     def __init__(self) -> None:
         self.open: set[str] = set()
         self.judged: set[str] = set()
+        self.suspects: set[str] = set()
 
     def copy(self) -> PanelView:
         view = PanelView()
-        view.open, view.judged = set(self.open), set(self.judged)
+        view.open, view.judged, view.suspects = set(self.open), set(self.judged), set(self.suspects)
         return view
 
     def sent(self, message: dict[str, Any]) -> None:
@@ -223,8 +232,9 @@ class PanelView:
     def caught_up(self, before: PanelView, found: CatchUp) -> list[dict[str, Any]]:
         """Take in a catch-up computed from ``before`` (this view as it started); returns its
         messages that are still news (a push may have brought them meanwhile)."""
-        self.judged = (self.judged - (before.judged - found.pending)) | found.pending
+        self.judged = (self.judged - (before.judged - found.pending)) | (found.pending - found.suspects)
         self.open -= found.hidden
+        self.suspects = found.suspects
         news = []
         for message in found.messages:
             kind, ask_id = message.get("type"), message.get("requestId")
@@ -238,9 +248,10 @@ class PanelView:
 
 @dataclass
 class CatchUp:
-    pending: set[str]  # every pending ask of the user's panel (judged now)
+    pending: set[str]  # every pending ask of the user's panel (judged now, but those still suspected)
     messages: list[dict[str, Any]]  # what the socket lacked
     hidden: set[str]  # asks it showed that the user may no longer see (grant revoked): forgotten
+    suspects: set[str]  # differences seen for the first time: acted on at the next comparison
 
 
 @dataclass
@@ -251,46 +262,55 @@ class PanelSocket:
     view: PanelView
 
 
-def panels_catch_up(sockets: list[PanelSocket]) -> list[CatchUp]:
+def panels_catch_up(sockets: list[PanelSocket], *, presence: bool = True) -> list[CatchUp]:
     """The heartbeat of all of a process's panel sockets (one per ``HEARTBEAT_SECONDS``, not one per
-    socket): their presence refreshed, then what each socket lacks compared with the database —
-    asks waiting for its user it was never sent, and how asks it shows as open ended. When nothing
-    was missed that is two statements per ``PANEL_BEAT_CHUNK`` sockets (the presence UPDATE) and two
-    per chunk of users (their sessions, their pending ask ids), compared socket by socket here; the
-    asks themselves are read only for a user whose sockets differ, once for all of them. Returns
-    one ``CatchUp`` per socket, in order."""
-    presence_refresh({socket.channel_name: socket.username for socket in sockets})
+    socket): their presence refreshed (unless ``presence`` is False), then what each socket lacks
+    compared with the database — asks waiting for its user it was never sent, and how asks it shows
+    as open ended — among the differences it already showed the last time (``PanelView.suspects``).
+
+    When nothing was missed that is two statements per ``PANEL_BEAT_CHUNK`` sockets (the presence
+    UPDATE) and two per chunk of users (their sessions, their pending ask ids), compared socket by
+    socket here; the asks themselves are read only for a user whose sockets lack something, once for
+    all of them. Returns one ``CatchUp`` per socket, in order."""
+    if presence:
+        presence_refresh({socket.channel_name: socket.username for socket in sockets})
     pending = selectors.panel_pending_ids(socket.username for socket in sockets)
-    found = [CatchUp(pending.get(socket.username, set()), [], set()) for socket in sockets]
+    found, acts = [], []
     wanted: dict[str, set[str]] = {}
-    for socket, catch_up in zip(sockets, found):
-        differ = (catch_up.pending - socket.view.judged) | (socket.view.open - catch_up.pending)
-        if differ:
-            wanted.setdefault(socket.username, set()).update(differ)
+    for socket in sockets:
+        mine = pending.get(socket.username, set())
+        differ = (mine - socket.view.judged) | (socket.view.open - mine)
+        act = differ & socket.view.suspects
+        found.append(CatchUp(mine, [], set(), differ - act))
+        acts.append(act)
+        if act:
+            wanted.setdefault(socket.username, set()).update(act)
     rows = {username: {ask.id: ask for ask in selectors.panel_asks_by_id(username=username, ask_ids=sorted(ids))}
             for username, ids in wanted.items()}
-    for socket, catch_up in zip(sockets, found):
-        if socket.username in rows:
-            _catch_up_socket(socket.view, catch_up, rows[socket.username])
+    for socket, catch_up, act in zip(sockets, found, acts):
+        if act:
+            _catch_up_socket(socket.view, catch_up, act, rows[socket.username])
             if catch_up.messages:
                 logger.info("panel of %s caught up %d message(s) its pushes did not bring",
                             socket.username, len(catch_up.messages))
     return found
 
 
-def _catch_up_socket(view: PanelView, found: CatchUp, rows: dict[str, Ask]) -> None:
-    """``found``'s messages and hidden asks for one socket's ``view``, from its user's asks that
-    any of their sockets lacked (``rows``, read by the panel's queries: those the user may see),
-    oldest first."""
-    fresh, ended = found.pending - view.judged, view.open - found.pending
-    found.hidden = {ask_id for ask_id in ended if ask_id not in rows}
+def _catch_up_socket(view: PanelView, found: CatchUp, act: set[str], rows: dict[str, Ask]) -> None:
+    """``found``'s messages and hidden asks for one socket's ``view``: of the asks it lacks or shows
+    wrongly (``act``), those its user may see are in ``rows`` (read by the panel's queries, oldest
+    first), those not there are hidden."""
+    ended = view.open - found.pending
+    found.hidden = {ask_id for ask_id in act & ended if ask_id not in rows}
     for ask in rows.values():
+        if ask.id not in act:
+            continue
         if ask.id in ended:
             if not ask.is_open:
                 found.messages.append(cancelled_message(ask))
                 if (item := history_add(ask)) is not None:
                     found.messages.append(item)
-        elif ask.id in fresh and selectors.panel_waiting(ask):
+        elif selectors.panel_waiting(ask):
             found.messages.append(ask_message(ask))
 
 

@@ -214,6 +214,7 @@ async def test_panel_catches_up_on_pushes_it_never_got(web_surface, agent, web_s
     from askcards.surfaces import web
 
     monkeypatch.setattr(web, "HEARTBEAT_SECONDS", 0.2)
+    monkeypatch.setattr(web, "PUSH_GRACE_SECONDS", 0.05)
     panel = await _panel(users[0])
     shown = await _ask(agent, web_session)
     assert (await panel.receive_json_from(timeout=5))["requestId"] == shown.ask.id

@@ -32,6 +32,7 @@ pytestmark = [pytest.mark.postgres, pytest.mark.redis]
 REDIS_HOST, REDIS_PORT, REDIS_DB = "127.0.0.1", 6379, 12
 FLOOD = 1500  # pushes queued for the stalled process, more than the former capacity of 1000
 HEARTBEAT = 30  # askcards.surfaces.web.HEARTBEAT_SECONDS in the server
+PUSH_GRACE = 5  # askcards.surfaces.web.PUSH_GRACE_SECONDS: a difference is acted on when seen twice
 BZPOPMIN_TIMEOUT = 5  # channels_redis's blocking read: a stopped process's pending read ends after it
 
 SETUP = r"""
@@ -198,7 +199,7 @@ def test_a_lost_push_is_caught_up_within_a_heartbeat(env, server, redis_client):
                 os.kill(process.pid, signal.SIGCONT)
             assert lost == 1, "the pushes were not queued for the stalled process"
             resumed = time.monotonic()
-            assert await panel.until(shown(second), HEARTBEAT + 10), panel.messages[-3:]
+            assert await panel.until(shown(second), HEARTBEAT + PUSH_GRACE + 10), panel.messages[-3:]
             ended = await panel.until(lambda m: m["type"] == "ask_user_questions_cancelled"
                                       and m["requestId"] == first, 5)
             assert ended is not None and ended["reason"] == "submitted", panel.messages[-3:]
