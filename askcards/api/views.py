@@ -136,18 +136,21 @@ def _ask_data(ask: Ask, *, deliver: bool, shape: Callable[[Ask], Any]) -> Any:
     return shape(ask)
 
 
-def _ask_waited(agent, ask: Ask, *, wait: int, deliver: bool, shape: Callable[[Ask], Any]) -> Response:
-    """``ask`` (just read) in a response; while it is open and the client waits, a long-poll on it
-    whose first rendering is left until it is needed (``LongPollResponse``)."""
-    if not (ask.is_open and wait):
-        return Response(_ask_data(ask, deliver=deliver, shape=shape))
-    response = LongPollResponse(later=lambda: _ask_data(ask, deliver=deliver, shape=shape))
-    response.long_poll = LongPoll(
-        groups=[events.ask_group(ask.id)],
-        timeout=wait,
-        again=lambda final: _ask_now(agent, ask.id, final=final, deliver=deliver, shape=shape),
-    )
-    return response
+def _ask_waited(agent, ask_id: str, *, wait: int, deliver: bool, shape: Callable[[Ask], Any]) -> Response:
+    """This agent's ask in a response; while it is open and the client waits, a long-poll on it.
+    Parking reads only the ask's status: the ask itself is read and rendered when the wait answers
+    (or when this response renders, under a server without ``LongPollApp``: ``LongPollResponse``).
+    A client that waits by sending the wait again every minute costs two status reads and one
+    rendering a minute."""
+    if wait and selectors.ask_is_open(agent=agent, ask_id=ask_id):
+        response = LongPollResponse(later=lambda: _ask_now(agent, ask_id, final=True, deliver=deliver, shape=shape))
+        response.long_poll = LongPoll(
+            groups=[events.ask_group(ask_id)],
+            timeout=wait,
+            again=lambda final: _ask_now(agent, ask_id, final=final, deliver=deliver, shape=shape),
+        )
+        return response
+    return Response(_ask_now(agent, ask_id, final=True, deliver=deliver, shape=shape))
 
 
 def _tool_call_data(ask: Ask) -> dict[str, Any]:
@@ -178,8 +181,7 @@ class ToolCallApi(APIView):
         if outcome.ask is None:
             data = {"status": outcome.status, "ask": None, "tool_result": outcome.tool_result}
             return Response(s.ToolCallOutput.of(data))
-        ask = selectors.ask_get(agent=agent, ask_id=outcome.ask.id)  # as it is now, with its session
-        return _ask_waited(agent, ask, wait=data["wait"], deliver=True, shape=_tool_call_data)
+        return _ask_waited(agent, outcome.ask.id, wait=data["wait"], deliver=True, shape=_tool_call_data)
 
 
 class AskListApi(APIView):
@@ -236,8 +238,7 @@ class AskWaitApi(APIView):
 
     @staticmethod
     def _wait(agent, ask_id: str, timeout: int, *, deliver: bool) -> Response:
-        ask = selectors.ask_get(agent=agent, ask_id=ask_id)
-        return _ask_waited(agent, ask, wait=timeout, deliver=deliver, shape=s.AskOutput.of)
+        return _ask_waited(agent, ask_id, wait=timeout, deliver=deliver, shape=s.AskOutput.of)
 
 
 class AskCancelApi(APIView):
