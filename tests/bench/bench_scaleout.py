@@ -50,6 +50,7 @@ import math
 import os
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -309,9 +310,10 @@ async def create_asks(http: aiohttp.ClientSession, bases: list[str], key: str, n
         raise RuntimeError(f"ask creation failed: {failures}")
 
 
-async def rest_wait(http: aiohttp.ClientSession, base: str, key: str, waiter: Waiter, deadline: float) -> None:
+async def rest_wait(http: aiohttp.ClientSession, base: str, key: str, waiter: Waiter, polling: dict[str, float]) -> None:
     """Long-poll the ask until it is no longer pending (a client sends the wait again when it comes
-    back pending after its 60 s, whether or not the answer was sent meanwhile), bounded by ``deadline``."""
+    back pending after its 60 s, whether or not the answer was sent meanwhile), until
+    ``polling["until"]`` (monotonic; the bench sets it once every answer has been sent)."""
     call = waiter.call
     headers = {"Authorization": f"Bearer {key}"}
     wait = REST_WAIT_MIN + waiter.index % (REST_WAIT - REST_WAIT_MIN + 1)  # the first wait only
@@ -327,7 +329,7 @@ async def rest_wait(http: aiohttp.ClientSession, base: str, key: str, waiter: Wa
                 call.error = f"HTTP {resp.status}, not JSON: {body[:200]!r}"
                 return
             # Still pending (its answer not sent, or not yet processed by a busy server): wait again.
-            if resp.status == 200 and data.get("status") == "pending" and time.monotonic() < deadline:
+            if resp.status == 200 and data.get("status") == "pending" and time.monotonic() < polling["until"]:
                 waiter.repolls += 1
                 wait = REST_WAIT
                 continue
@@ -432,8 +434,10 @@ async def bench(args: argparse.Namespace, ports: list[int], servers: list[subpro
 
             # --- REST long-polls
             t0 = time.monotonic()
-            deadline = time.monotonic() + args.bound
-            tasks += [asyncio.ensure_future(rest_wait(http, bases[w.server], key, w, deadline)) for w in by_kind["rest"]]
+            # REST clients keep waiting until every answer has gone out, then --bound s more: a phase
+            # that runs long (MCP parking took 17 minutes at 10,000 waiters here) ends no wait early.
+            polling = {"until": math.inf}
+            tasks += [asyncio.ensure_future(rest_wait(http, bases[w.server], key, w, polling)) for w in by_kind["rest"]]
             await until(lambda: all(w.call.headers_sent for w in by_kind["rest"]), 60 + len(by_kind["rest"]) / 50)
             await quiet_all(pids, 30)
             report["rest_park_seconds"] = time.monotonic() - t0
@@ -525,7 +529,7 @@ async def bench(args: argparse.Namespace, ports: list[int], servers: list[subpro
             cpu = [proc_cpu_seconds(p) for p in pids]
             t0 = time.monotonic()
             report["answer_seconds"], report["slip_ms"] = await answer_steadily(steady, answerers, rate)
-            await until(lambda: all(w.woken for w in steady), 30 + len(steady) / rate / 4, 0.2)
+            await until_stalled(lambda: sum(1 for w in steady if not w.woken), 600 + len(steady), stall=60)
             report["cpu_answer"] = [proc_cpu_seconds(p) - c for p, c in zip(pids, cpu)]
             report["cpu_answer_seconds"] = time.monotonic() - t0
             # The rest: answered faster, checked for losses only (not in the wake tables).
@@ -533,7 +537,10 @@ async def bench(args: argparse.Namespace, ports: list[int], servers: list[subpro
             if later:
                 say(f"  the other {len(later)} answers at {args.drain_rate:g}/s (losses only)")
                 report["drain_seconds"], _ = await answer_steadily(later, answerers, args.drain_rate)
-                await until(lambda: all(w.woken for w in later), 60 + len(later) / args.drain_rate, 0.2)
+            polling["until"] = time.monotonic() + args.bound
+            if later:
+                # A late wake is not a lost one: wait while wakes still come (a minute without one ends it).
+                await until_stalled(lambda: sum(1 for w in later if not w.woken), 600 + len(later), stall=60)
             await settle(tasks, REST_WAIT + 60)
             await until(lambda: all(w.watcher_woke and w.call.ack for w in order), 30, 0.2)
             report["hwm"] = [proc_status(p).get("VmHWM", 0) for p in pids]
@@ -760,7 +767,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--yardstick-seconds", type=float, default=5.0)
     parser.add_argument("--idle-seconds", type=float, default=15.0,
                         help="seconds the servers' CPU is measured with everything parked, before the answers")
-    parser.add_argument("--bound", type=float, default=1200.0, help="seconds after which REST waits stop re-polling")
+    parser.add_argument("--bound", type=float, default=600.0,
+                        help="seconds after the last answer during which REST waits still re-poll, default 600")
     parser.add_argument("--keep", action="store_true", help="keep the data dir with the server logs (debugging)")
     args = parser.parse_args(argv)
     if not 3 <= args.waiters <= 20000 or args.rate < 0 or not 1 <= args.per_user <= 100:
@@ -792,6 +800,22 @@ def main(argv: list[str] | None = None) -> int:
     })
     servers: list[subprocess.Popen] = []
     logs = []
+
+    def stopped(signum: int, frame: Any) -> None:
+        """Stopped by hand (Ctrl-C, kill): asyncio's own SIGINT handling only cancels the run's main
+        task, which thousands of parked client tasks outlive, so clean up here and leave."""
+        say(f"stopped by signal {signum}: stopping the servers, dropping {db_name}, flushing Redis")
+        for server in servers:
+            stop_server(server)
+        try:
+            drop_database(db_name)
+        finally:
+            flush_redis()
+            shutil.rmtree(data_dir, ignore_errors=True)
+            os._exit(128 + signum)
+
+    signal.signal(signal.SIGINT, stopped)
+    signal.signal(signal.SIGTERM, stopped)
     try:
         say(f"setup: database {db_name}, Redis {REDIS_URL} (flushed), {users} web users, data dir {data_dir}")
         run_manage(env, "migrate", "--no-input", "-v", "0")
