@@ -9,6 +9,7 @@ its question, and the dashboard draws its charts. A screenshot of the dashboard 
 from __future__ import annotations
 
 import pytest
+from playwright.sync_api import expect
 
 from tests import serving
 from tests.e2e.test_panel_browser import ARTIFACTS, CHROMIUM_ARGS, UI_TIMEOUT_MS, chromium_path
@@ -113,6 +114,7 @@ def operator_page():
             )
             page = context.new_page()
             page.set_default_timeout(UI_TIMEOUT_MS)
+            expect.set_options(timeout=UI_TIMEOUT_MS)
             yield page
         finally:
             browser.close()
@@ -160,12 +162,18 @@ def test_operator_reads_asks_and_the_dashboard_in_the_browser(service, operator_
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "admin-ask-list.png"))
 
-    # An ask's page: the question with its options' descriptions, times in Shanghai's zone.
-    page.goto(f"{base}/admin/askcards/ask/{seed['ask']}/change/")
-    assert page.get_by_text("Times in Asia/Shanghai.").is_visible()
+    # An ask's page: the question with its options' descriptions, times in Shanghai's zone. The
+    # checks wait (up to UI_TIMEOUT_MS) rather than look once: under a loaded machine this step
+    # failed now and then, seen as the text missing or the page at /admin/; a wrong page now
+    # fails with the address it reached and its messages.
+    ask_page = f"{base}/admin/askcards/ask/{seed['ask']}/change/"
+    page.goto(ask_page)
+    messages = page.locator("ul.messagelist").all_inner_texts()
+    expect(page, f"the ask's page ended at another address; messages: {messages}").to_have_url(ask_page)
+    expect(page.get_by_text("Times in Asia/Shanghai.")).to_be_visible()
     question = page.locator("section.askcards-q").first
-    assert question.get_by_text("Relational, runs as a server").is_visible()
-    assert page.get_by_role("button", name="Cancel this ask").is_visible()
+    expect(question.get_by_text("Relational, runs as a server")).to_be_visible()
+    expect(page.get_by_role("button", name="Cancel this ask")).to_be_visible()
     assert overflow(page) <= 0
     page.screenshot(path=str(ARTIFACTS / "admin-ask-page.png"), full_page=True)
 
