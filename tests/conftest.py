@@ -166,7 +166,17 @@ def pytest_collection_modifyitems(config, items):
     """The test command runs on pytest-xdist with ``--dist loadgroup`` (pyproject). The multi-process
     tests in tests/scale each start several servers and workers against PostgreSQL and Redis: they
     run in one worker, one after another, so they never compete with each other for the machine
-    (the other worker keeps running the rest of the suite)."""
+    (the other worker keeps running the rest of the suite).
+
+    The tests of tables at size start no server: they read plans and counts of a seeded database,
+    timing nothing. They form a group of their own ("large"), so the seeded database is made once
+    and they need not wait behind the multi-process tests (one group was the whole run's length)."""
     for item in items:
-        if item.nodeid.startswith("tests/scale/"):
+        if item.nodeid.startswith(LARGE_DATA_TESTS):
+            item.add_marker(pytest.mark.xdist_group("large"))
+        elif item.nodeid.startswith("tests/scale/"):
             item.add_marker(pytest.mark.xdist_group("scale"))
+
+
+LARGE_DATA_TESTS = tuple(f"tests/scale/test_{name}.py" for name in (
+    "admin_lists_at_size", "api_lists_at_size", "retention_at_size", "bench_seed"))
