@@ -121,16 +121,13 @@ class AgentRecoverApi(APIView):
 
 def _ask_now(agent, ask_id: str, *, final: bool, deliver: bool, shape: Callable[[Ask], Any]) -> Any:
     """The ask as it is now, rendered by ``shape``; None while it is still open and the caller
-    may keep waiting (``final`` False: a parked wait's re-read, which reads only the status)."""
+    may keep waiting (``final`` False: a parked wait's re-read, which reads only the status).
+
+    ``deliver`` (POST only): a terminal ask's result in this response counts as handed to its
+    agent (services.ask_result_returned: not webhooked again, its retention clock starts)."""
     if not final and selectors.ask_is_open(agent=agent, ask_id=ask_id):
         return None
-    return _ask_data(selectors.ask_get(agent=agent, ask_id=ask_id), deliver=deliver, shape=shape)
-
-
-def _ask_data(ask: Ask, *, deliver: bool, shape: Callable[[Ask], Any]) -> Any:
-    """``ask`` rendered by ``shape``. ``deliver`` (POST only): a terminal ask's result in this
-    response counts as handed to its agent (services.ask_result_returned: not webhooked again, its
-    retention clock starts)."""
+    ask = selectors.ask_get(agent=agent, ask_id=ask_id)
     if deliver:
         services.ask_result_returned(ask=ask)
     return shape(ask)
@@ -142,15 +139,15 @@ def _ask_waited(agent, ask_id: str, *, wait: int, deliver: bool, shape: Callable
     (or when this response renders, under a server without ``LongPollApp``: ``LongPollResponse``).
     A client that waits by sending the wait again every minute costs two status reads and one
     rendering a minute."""
+
+    def now(final: bool) -> Any:
+        return _ask_now(agent, ask_id, final=final, deliver=deliver, shape=shape)
+
     if wait and selectors.ask_is_open(agent=agent, ask_id=ask_id):
-        response = LongPollResponse(later=lambda: _ask_now(agent, ask_id, final=True, deliver=deliver, shape=shape))
-        response.long_poll = LongPoll(
-            groups=[events.ask_group(ask_id)],
-            timeout=wait,
-            again=lambda final: _ask_now(agent, ask_id, final=final, deliver=deliver, shape=shape),
-        )
+        response = LongPollResponse(later=lambda: now(True))
+        response.long_poll = LongPoll(groups=[events.ask_group(ask_id)], timeout=wait, again=now)
         return response
-    return Response(_ask_now(agent, ask_id, final=True, deliver=deliver, shape=shape))
+    return Response(now(True))
 
 
 def _tool_call_data(ask: Ask) -> dict[str, Any]:
