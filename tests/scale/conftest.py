@@ -19,6 +19,21 @@ def pg_db(tmp_path_factory):
         harness.drop_database(db.name)
 
 
+@pytest.fixture(scope="module")
+def redis_url(request):
+    """The Redis database of the requesting module (its ``REDIS_DB``: the channel layer has no
+    prefix setting, so a database number keeps modules apart). Checked before ``pg_db`` makes a
+    database for nothing."""
+    require_service("Redis", harness.REDIS_HOST, harness.REDIS_PORT)
+    return f"redis://{harness.REDIS_HOST}:{harness.REDIS_PORT}/{request.module.REDIS_DB}"
+
+
+@pytest.fixture(scope="module")
+def redis_env(redis_url, pg_db):
+    """``pg_db``'s environment with the module's Redis as channel layer and cache."""
+    return {**pg_db.env, "REDIS_URL": redis_url}
+
+
 @pytest.fixture(scope="session")
 def lists_db(tmp_path_factory):
     """110,000 asks (tests.bench.seed: 100,000 closed with audit rows and outbox events, 10,000

@@ -16,6 +16,7 @@ from typing import Any
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 PG_HOST, PG_PORT = "127.0.0.1", 5432
+REDIS_HOST, REDIS_PORT = "127.0.0.1", 6379
 ADMIN_DSN = f"postgresql://postgres@{PG_HOST}:{PG_PORT}/test"
 SUBPROCESS_TIMEOUT = 60  # seconds for any one actor/manage.py run
 START_DELAY = 2.5  # seconds between launching racers and their common start instant

@@ -25,13 +25,11 @@ import time
 import pytest
 
 from tests import serving
-from tests.conftest import require_service
 from tests.mcp import support
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis]
 
-REDIS_HOST, REDIS_PORT = "127.0.0.1", 6379
-REDIS_DB = 12  # test_redis_wake uses 11; the channel layer has no prefix setting, a DB number keeps them apart
+REDIS_DB = 12  # tests/scale/conftest.py: redis_url (test_redis_wake uses 11)
 ASK_TIMEOUT = 600  # seconds: an ask's deadline; a parked request could only end this early through a wake
 WAKE_WITHIN = 5  # seconds from an event on one process to the parked request's response on the other
 TASKS_VERSION = "2025-11-25"
@@ -39,19 +37,13 @@ ANSWER = {"answers": [{"question": "Which database should we use?", "selectedLab
 
 
 @pytest.fixture(scope="module")
-def redis_url():
-    require_service("Redis", REDIS_HOST, REDIS_PORT)  # before pg_db creates a database for nothing
-    return f"redis://{REDIS_HOST}:{REDIS_PORT}/{REDIS_DB}"
-
-
-@pytest.fixture(scope="module")
-def cluster(redis_url, pg_db, tmp_path_factory):
+def cluster(redis_env, tmp_path_factory):
     """Processes A (with the worker) and B (``--no-worker``), the agent's key, alice's cookie on B."""
-    env = {**pg_db.env, "REDIS_URL": redis_url}
-    seed = serving.shell_json(env, support.SEED)
+    seed = serving.shell_json(redis_env, support.SEED)
     with contextlib.ExitStack() as stack:
-        a = stack.enter_context(serving.serve(env, "--no-migrate", log_dir=tmp_path_factory.mktemp("serve-a")))
-        b = stack.enter_context(serving.serve(env, "--no-migrate", "--no-worker", log_dir=tmp_path_factory.mktemp("serve-b")))
+        a = stack.enter_context(serving.serve(redis_env, "--no-migrate", log_dir=tmp_path_factory.mktemp("serve-a")))
+        b = stack.enter_context(serving.serve(redis_env, "--no-migrate", "--no-worker",
+                                              log_dir=tmp_path_factory.mktemp("serve-b")))
         yield {"a": a, "b": b, "key": seed["key"], "cookie_b": support.login_cookie(b)}
 
 

@@ -25,11 +25,11 @@ import time
 import pytest
 
 from tests import serving
-from tests.conftest import require_service
+from tests.scale import harness
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis]
 
-REDIS_HOST, REDIS_PORT, REDIS_DB = "127.0.0.1", 6379, 12
+REDIS_DB = 12  # tests/scale/conftest.py: redis_url
 FLOOD = 1500  # pushes queued for the stalled process, more than the former capacity of 1000
 HEARTBEAT = 30  # askcards.surfaces.web.HEARTBEAT_SECONDS in the server
 PUSH_GRACE = 5  # askcards.surfaces.web.PUSH_GRACE_SECONDS: a difference is acted on when seen twice
@@ -82,19 +82,8 @@ print(json.dumps({"asks": [m.ask.id for m in made], "status": [m.status for m in
 
 
 @pytest.fixture(scope="module")
-def redis_url():
-    require_service("Redis", REDIS_HOST, REDIS_PORT)
-    return f"redis://{REDIS_HOST}:{REDIS_PORT}/{REDIS_DB}"
-
-
-@pytest.fixture(scope="module")
-def env(redis_url, pg_db):
-    return {**pg_db.env, "REDIS_URL": redis_url}
-
-
-@pytest.fixture(scope="module")
-def server(env, tmp_path_factory):
-    with serving.serve_process(env, "--no-worker", "--no-migrate", log_dir=tmp_path_factory.mktemp("serve")) as started:
+def server(redis_env, tmp_path_factory):
+    with serving.serve_process(redis_env, "--no-worker", "--no-migrate", log_dir=tmp_path_factory.mktemp("serve")) as started:
         yield started
 
 
@@ -102,7 +91,7 @@ def server(env, tmp_path_factory):
 def redis_client():
     import redis
 
-    client = redis.Redis(host=REDIS_HOST, port=REDIS_PORT, db=REDIS_DB, socket_timeout=5)
+    client = redis.Redis(host=harness.REDIS_HOST, port=harness.REDIS_PORT, db=REDIS_DB, socket_timeout=5)
     yield client
     client.close()
 
@@ -158,9 +147,9 @@ def shown(ask_id: str):
     return lambda m: m["type"] == "ask_user_questions" and m["requestId"] == ask_id
 
 
-def test_a_stalled_process_keeps_more_pushes_than_the_old_capacity(env, server, redis_client):
+def test_a_stalled_process_keeps_more_pushes_than_the_old_capacity(redis_env, server, redis_client):
     base, process = server
-    user = serving.shell_json(env, SETUP)
+    user = serving.shell_json(redis_env, SETUP)
 
     async def scenario() -> None:
         async with Panel(base, user["cookie"]) as panel:
@@ -168,7 +157,7 @@ def test_a_stalled_process_keeps_more_pushes_than_the_old_capacity(env, server, 
             os.kill(process.pid, signal.SIGSTOP)
             try:
                 await asyncio.sleep(BZPOPMIN_TIMEOUT + 1)  # its pending read is over: nothing leaves the queue
-                made = await asyncio.to_thread(act, env, user["name"], flood=FLOOD, asks=1)
+                made = await asyncio.to_thread(act, redis_env, user["name"], flood=FLOOD, asks=1)
                 assert made["status"] == ["pending"]
                 queued = redis_client.zcard(queue)
             finally:
@@ -180,20 +169,20 @@ def test_a_stalled_process_keeps_more_pushes_than_the_old_capacity(env, server, 
     asyncio.run(asyncio.wait_for(scenario(), 90))
 
 
-def test_a_lost_push_is_caught_up_within_a_heartbeat(env, server, redis_client):
+def test_a_lost_push_is_caught_up_within_a_heartbeat(redis_env, server, redis_client):
     base, process = server
-    user = serving.shell_json(env, SETUP)
+    user = serving.shell_json(redis_env, SETUP)
 
     async def scenario() -> None:
         async with Panel(base, user["cookie"]) as panel:
-            first = (await asyncio.to_thread(act, env, user["name"], asks=1))["asks"][0]
+            first = (await asyncio.to_thread(act, redis_env, user["name"], asks=1))["asks"][0]
             assert await panel.until(shown(first), 10)
             queue = process_queue(redis_client, user["group"])
             os.kill(process.pid, signal.SIGSTOP)
             try:
                 await asyncio.sleep(BZPOPMIN_TIMEOUT + 1)
                 # The first ask is answered on Feishu, a second one asked: both pushes are lost.
-                second = (await asyncio.to_thread(act, env, user["name"], asks=1, answer=first))["asks"][0]
+                second = (await asyncio.to_thread(act, redis_env, user["name"], asks=1, answer=first))["asks"][0]
                 lost = redis_client.delete(queue)
             finally:
                 os.kill(process.pid, signal.SIGCONT)

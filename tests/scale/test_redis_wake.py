@@ -14,25 +14,13 @@ import pytest
 import requests
 
 from tests import serving
-from tests.conftest import require_service
 from tests.scale import harness
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis]
 
-REDIS_HOST, REDIS_PORT, REDIS_DB = "127.0.0.1", 6379, 11
+REDIS_DB = 11  # tests/scale/conftest.py: redis_url
 POLL_TIMEOUT = 20  # seconds the server may hold the long-poll
 WAKE_WITHIN = 5  # seconds from the answer to the poll's response
-
-
-@pytest.fixture(scope="module")
-def redis_url():
-    require_service("Redis", REDIS_HOST, REDIS_PORT)  # before pg_db creates a database for nothing
-    return f"redis://{REDIS_HOST}:{REDIS_PORT}/{REDIS_DB}"
-
-
-@pytest.fixture(scope="module")
-def redis_env(redis_url, pg_db):
-    return {**pg_db.env, "REDIS_URL": redis_url}
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +33,7 @@ def _wait_until_parked(ask_id: str, timeout: float = 10) -> None:
     """The long-poll has subscribed its channel to the ask's group in Redis."""
     import redis
 
-    client = redis.Redis(host=REDIS_HOST, port=REDIS_PORT, db=REDIS_DB, socket_timeout=2)
+    client = redis.Redis(host=harness.REDIS_HOST, port=harness.REDIS_PORT, db=REDIS_DB, socket_timeout=2)
     key = f"asgi:group:askcards.ask.{ask_id}"
     deadline = time.monotonic() + timeout
     try:
