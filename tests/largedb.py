@@ -41,8 +41,9 @@ class SeededDatabase:
 
 
 @contextlib.contextmanager
-def seeded_database(data_dir: Path, **size: int) -> Iterator[SeededDatabase]:
-    """Create, migrate and seed (``tests.bench.seed.Size(**size)``) a database; dropped on exit."""
+def seeded_database(data_dir: Path, template: str, **size: int) -> Iterator[SeededDatabase]:
+    """Copy the migrated database ``template`` and seed it (``tests.bench.seed.Size(**size)``);
+    dropped on exit."""
     import psycopg
     from psycopg import sql
 
@@ -51,7 +52,7 @@ def seeded_database(data_dir: Path, **size: int) -> Iterator[SeededDatabase]:
     require_service("PostgreSQL", PG_HOST, PG_PORT)
     name = f"askcards_large_{secrets.token_hex(6)}"
     with psycopg.connect(f"{SERVER}/test", autocommit=True, connect_timeout=5) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(name), sql.Identifier(template)))
     env = {
         **os.environ, "DJANGO_SETTINGS_MODULE": "project.settings", "DATABASE_URL": f"{SERVER}/{name}",
         "ASKCARDS_SECRET_KEY": "test", "ASKCARDS_DATA_DIR": str(data_dir), "LOG_LEVEL": "WARNING",
@@ -61,9 +62,6 @@ def seeded_database(data_dir: Path, **size: int) -> Iterator[SeededDatabase]:
     env.pop("REDIS_URL", None)
     database = SeededDatabase(name, env)
     try:
-        proc = subprocess.run([sys.executable, "manage.py", "migrate", "--no-input", "-v", "0"], cwd=PROJECT_DIR,
-                              env=env, capture_output=True, text=True, timeout=TIMEOUT)
-        assert proc.returncode == 0, proc.stderr
         with psycopg.connect(database.dsn, autocommit=True, connect_timeout=5) as conn:
             seed(conn, Size(**size))
             conn.execute("VACUUM ANALYZE")

@@ -39,13 +39,17 @@ class PgDatabase:
             return conn.execute(sql, params).fetchall()
 
 
-def create_database(data_dir: Path) -> PgDatabase:
+def create_database(data_dir: Path, template: str | None = None) -> PgDatabase:
+    """A new database: empty, or a copy of ``template`` (no one may be connected to it)."""
     import psycopg
     from psycopg import sql
 
     name = f"askcards_race_{secrets.token_hex(6)}"
+    statement = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
+    if template:
+        statement = sql.SQL("{} TEMPLATE {}").format(statement, sql.Identifier(template))
     with psycopg.connect(ADMIN_DSN, autocommit=True, connect_timeout=5) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        conn.execute(statement)
     return create_env(name, f"postgres://postgres@{PG_HOST}:{PG_PORT}/{name}", data_dir)
 
 

@@ -10,7 +10,6 @@ import sys
 import pytest
 
 from tests.bench import bench_scale, seed
-from tests.conftest import require_service
 from tests.scale import harness
 
 pytestmark = pytest.mark.postgres
@@ -57,11 +56,9 @@ print(json.dumps({
 """
 
 
-def seeded_database(tmp_path, closed: int, pending: int, sessions: int) -> harness.PgDatabase:
-    require_service("PostgreSQL", harness.PG_HOST, harness.PG_PORT)
-    db = harness.create_database(tmp_path)
+def seeded_database(tmp_path, template: str, closed: int, pending: int, sessions: int) -> harness.PgDatabase:
+    db = harness.create_database(tmp_path, template=template)
     try:
-        harness.manage(db, "migrate", "--no-input", "-v", "0", timeout=180)
         harness.manage(db, "askcards_bot", "add", "feishu", "--app-id", bench_scale.APP_ID, "--app-secret", "s",
                        "--verification-token", "t", "--encrypt-key", "k", "--base-url", "http://127.0.0.1:9")
         harness.manage(db, "askcards_agent", "create", bench_scale.AGENT, "--json")
@@ -79,8 +76,8 @@ def run_check(db: harness.PgDatabase, script: str) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def test_bulk_rows_are_the_services_own(tmp_path):
-    db = seeded_database(tmp_path, 300, 40, 100)
+def test_bulk_rows_are_the_services_own(tmp_path, pg_template):
+    db = seeded_database(tmp_path, pg_template, 300, 40, 100)
     try:
         found = run_check(db, CHECK)
     finally:

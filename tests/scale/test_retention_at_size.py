@@ -13,12 +13,12 @@ RECEIPTS = 60_000  # over the last two days: half of them older than CALLBACK_RE
 
 
 @pytest.fixture(scope="module")
-def pruned(tmp_path_factory):
+def pruned(tmp_path_factory, pg_template):
     from tests.largedb import seeded_database
 
     # 60,000 closed asks over 120 days: those of the first 30 days are past the audit retention
     # (90 days), those of the first 90 past the events' (30 days).
-    with seeded_database(tmp_path_factory.mktemp("askcards-data"), closed=60_000, pending=2_000,
+    with seeded_database(tmp_path_factory.mktemp("askcards-data"), pg_template, closed=60_000, pending=2_000,
                          sessions=500) as database:
         report = database.run("tests.services.pg_prune", "--transitions", str(TRANSITIONS), "--batch", "1000",
                               "--receipts", str(RECEIPTS))
