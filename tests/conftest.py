@@ -162,6 +162,23 @@ def django_db_modify_db_settings(tmp_path_factory, django_db_modify_db_settings_
         database.setdefault("TEST", {})["NAME"] = str(tmp_path_factory.mktemp("db") / "test.sqlite3")
 
 
+DATABASE_FIXTURES = ("db", "transactional_db", "django_db_reset_sequences", "django_db_serialized_rollback",
+                     "live_server")
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--database-tests-only", action="store_true",
+        help="run only the tests that use Django's test database (.ci/run's second pass, on PostgreSQL: the "
+             "others would repeat the first pass exactly)",
+    )
+
+
+def uses_database(item) -> bool:
+    return item.get_closest_marker("django_db") is not None or any(
+        name in getattr(item, "fixturenames", ()) for name in DATABASE_FIXTURES)
+
+
 def pytest_collection_modifyitems(config, items):
     """The test command runs on pytest-xdist with ``--dist loadgroup`` (pyproject). The multi-process
     tests in tests/scale each start several servers and workers against PostgreSQL and Redis: they
@@ -171,6 +188,11 @@ def pytest_collection_modifyitems(config, items):
     The tests of tables at size start no server: they read plans and counts of a seeded database,
     timing nothing. They form a group of their own ("large"), so the seeded database is made once
     and they need not wait behind the multi-process tests (one group was the whole run's length)."""
+    if config.getoption("database_tests_only"):
+        deselected = [item for item in items if not uses_database(item)]
+        if deselected:
+            config.hook.pytest_deselected(items=deselected)
+            items[:] = [item for item in items if uses_database(item)]
     for item in items:
         if item.nodeid.startswith(LARGE_DATA_TESTS):
             item.add_marker(pytest.mark.xdist_group("large"))
