@@ -15,6 +15,7 @@ from django.urls import path, re_path  # noqa: E402
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 
+from askcards import collector  # noqa: E402
 from askcards.api.longpoll import LongPollApp  # noqa: E402
 from askcards.consumers import PanelConsumer  # noqa: E402
 from askcards.api.urls import LONG_POLL_VIEWS  # noqa: E402
@@ -61,3 +62,7 @@ application = ProtocolTypeRouter(
         "websocket": OriginValidator(AuthMiddlewareStack(URLRouter(websocket_routes))),  # type: ignore[arg-type]
     }
 )
+
+# Start-up is over: what it made lives as long as the process, and full collections are spaced
+# out so parked waiters do not pause every answer (askcards/collector.py says why and by how much).
+collector.settle()
