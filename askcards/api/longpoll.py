@@ -117,8 +117,14 @@ class LongPollApp:
             request._force_auth_user = agent
         response = await _in_pool(self.view, request, **kwargs)
         if _parks(response):
+            poll = response.long_poll
+            # The view's response, DRF's request and the view refer to each other: a cycle that only
+            # the garbage collector frees. Let go of it before the wait, while it is young and cheap
+            # to collect, instead of keeping it for up to a minute, by when it would have reached the
+            # oldest generation, whose collections pause the whole process (askcards/collector.py).
+            del response
             with metrics.parked("rest"):
-                response = await self._wait(response.long_poll, receive)
+                response = await self._wait(poll, receive)
             if response is None:  # client went away
                 return
         await edge.send_response(send, response, request)
