@@ -19,8 +19,10 @@ Two changes, made once the process has started (``settle``):
   a few megabytes more between full collections at 3,000 waiters.
 
 The young generations keep CPython's thresholds: most objects a request makes die there, and a
-larger first generation only made each of its collections longer (measured: 40–110 ms at
-50,000 against a millisecond or two at 700).
+larger first generation only made each of its collections longer (measured: 40–110 ms each at
+50,000). At 10,000 waiters over two processes a full collection still takes 0.4–1.6 s, now every
+40–60 s instead of every few seconds: fewer objects per parked waiter is what shortens it
+(tests/bench/README.md, "The collector's pauses").
 """
 from __future__ import annotations
 
