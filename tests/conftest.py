@@ -189,10 +189,12 @@ def pytest_collection_modifyitems(config, items):
     timing nothing. They form a group of their own ("large"), so the seeded database is made once
     and they need not wait behind the multi-process tests (one group was the whole run's length)."""
     if config.getoption("database_tests_only"):
-        deselected = [item for item in items if not uses_database(item)]
+        kept, deselected = [], []
+        for item in items:
+            (kept if uses_database(item) else deselected).append(item)
         if deselected:
             config.hook.pytest_deselected(items=deselected)
-            items[:] = [item for item in items if uses_database(item)]
+            items[:] = kept
     for item in items:
         if item.nodeid.startswith(LARGE_DATA_TESTS):
             item.add_marker(pytest.mark.xdist_group("large"))

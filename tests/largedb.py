@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import secrets
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -42,31 +40,21 @@ class SeededDatabase:
 
 @contextlib.contextmanager
 def seeded_database(data_dir: Path, template: str, **size: int) -> Iterator[SeededDatabase]:
-    """Copy the migrated database ``template`` and seed it (``tests.bench.seed.Size(**size)``);
-    dropped on exit."""
+    """Copy the migrated database ``template`` (``tests.scale.harness.create_database``) and seed
+    it (``tests.bench.seed.Size(**size)``); dropped on exit."""
     import psycopg
-    from psycopg import sql
 
     from tests.bench.seed import Size, seed
+    from tests.scale import harness
 
     require_service("PostgreSQL", PG_HOST, PG_PORT)
-    name = f"askcards_large_{secrets.token_hex(6)}"
-    with psycopg.connect(f"{SERVER}/test", autocommit=True, connect_timeout=5) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(name), sql.Identifier(template)))
-    env = {
-        **os.environ, "DJANGO_SETTINGS_MODULE": "project.settings", "DATABASE_URL": f"{SERVER}/{name}",
-        "ASKCARDS_SECRET_KEY": "test", "ASKCARDS_DATA_DIR": str(data_dir), "LOG_LEVEL": "WARNING",
-        # Statements captured with their parameters inline, so EXPLAIN takes them as they are.
-        "ASKCARDS_DB_PREPARE": "0",
-    }
-    env.pop("REDIS_URL", None)
-    database = SeededDatabase(name, env)
+    created = harness.create_database(data_dir, template=template)
+    # Statements captured with their parameters inline, so EXPLAIN takes them as they are.
+    database = SeededDatabase(created.name, {**created.env, "ASKCARDS_DB_PREPARE": "0"})
     try:
         with psycopg.connect(database.dsn, autocommit=True, connect_timeout=5) as conn:
             seed(conn, Size(**size))
             conn.execute("VACUUM ANALYZE")
         yield database
     finally:
-        with psycopg.connect(f"{SERVER}/test", autocommit=True, connect_timeout=5) as conn:
-            conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (name,))
-            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
+        harness.drop_database(created.name)
