@@ -512,14 +512,14 @@ class _WebhookUrlForm(forms.ModelForm):
 class AgentAddForm(_WebhookUrlForm):
     class Meta:
         model = Agent
-        fields = ("name", "webhook_url", "web_users")
+        fields = ("name", "webhook_url", "web_users", "bots")
         formfield_callback = _formfield
 
 
 class AgentChangeForm(_WebhookUrlForm):
     class Meta:
         model = Agent
-        fields = ("name", "webhook_url", "is_active", "web_users")
+        fields = ("name", "webhook_url", "is_active", "web_users", "bots")
         formfield_callback = _formfield
 
 
@@ -539,7 +539,7 @@ class AgentAdmin(admin.ModelAdmin):
     actions = ("rotate_key", "rotate_webhook_secret")
     formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
     readonly_fields = ("key_prefix", "webhook_secret_set", "event_seq", "created_at")
-    filter_horizontal = ("web_users",)
+    filter_horizontal = ("web_users", "bots")
 
     def get_form(self, request: HttpRequest, obj: Agent | None = None, change: bool = False, **kwargs: Any):
         kwargs["form"] = AgentChangeForm if obj is not None else AgentAddForm
@@ -547,9 +547,10 @@ class AgentAdmin(admin.ModelAdmin):
 
     def get_fields(self, request: HttpRequest, obj: Agent | None = None) -> tuple[str, ...]:
         if obj is None:
-            return ("name", "webhook_url", "web_users")
+            return ("name", "webhook_url", "web_users", "bots")
         return (
-            "name", "key_prefix", "is_active", "webhook_url", "webhook_secret_set", "web_users", "event_seq", "created_at",
+            "name", "key_prefix", "is_active", "webhook_url", "webhook_secret_set", "web_users", "bots", "event_seq",
+            "created_at",
         )
 
     def get_readonly_fields(self, request: HttpRequest, obj: Agent | None = None) -> tuple[str, ...]:
@@ -595,6 +596,19 @@ class AgentAdmin(admin.ModelAdmin):
                 request,
                 f"Agent {form.instance.name} may no longer ask: {', '.join(revoked)} "
                 "(its asks already pending there stay answerable).",
+                messages.SUCCESS,
+            )
+        granted_bots, revoked_bots = services.agent_bots_set(
+            agent=form.instance, bots=list(form.cleaned_data.get("bots", ())), actor=actor
+        )
+        if granted_bots:
+            names = ", ".join(str(bot) for bot in granted_bots)
+            self.message_user(request, f"Agent {form.instance.name} may now use: {names}.", messages.SUCCESS)
+        if revoked_bots:
+            self.message_user(
+                request,
+                f"Agent {form.instance.name} may no longer use: {', '.join(str(bot) for bot in revoked_bots)} "
+                "(its cards already sent stay answerable).",
                 messages.SUCCESS,
             )
         for formset in formsets:

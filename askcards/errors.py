@@ -56,6 +56,14 @@ class WebUserNotGranted(AskcardsError):
     status = 403
 
 
+class BotNotGranted(AskcardsError):
+    """A session names a bot its agent was not granted (or no such active bot exists: one answer,
+    so an agent cannot probe for the apps an operator has set up)."""
+
+    code = "bot_not_granted"
+    status = 403
+
+
 class CallbackRefused(AskcardsError):
     """A platform callback refused before its effect: ``status`` is the HTTP status to answer,
     ``cause`` the refusal's label on /metrics."""

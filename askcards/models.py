@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import secrets
+from typing import Any
 
 from django.conf import settings
 from django.db import models
@@ -57,6 +58,15 @@ class Agent(models.Model):
         related_name="askcards_agents",
         verbose_name="web users granted",
         help_text="The Django users whose web panel this agent may ask (a session's web_user).",
+    )
+    # The bots granted: the only Feishu / DingTalk apps a session of this agent may name, so an
+    # agent reaches only the chats and people of the apps an operator gave it (services.sessions).
+    bots: models.ManyToManyField[Bot, Any] = models.ManyToManyField(
+        "Bot",
+        blank=True,
+        related_name="agents",
+        verbose_name="bots granted",
+        help_text="The Feishu and DingTalk bots this agent's sessions may use.",
     )
     # Last outbox sequence number handed out; bumped under the row lock, so commit order = seq order.
     event_seq = models.BigIntegerField(default=0, editable=False)

@@ -86,6 +86,11 @@ def web_user_granted(*, agent: Agent, web_user: str) -> bool:
     return agent.web_users.filter(**{get_user_model().USERNAME_FIELD: web_user}).exists()
 
 
+def bot_granted(*, agent: Agent, bot_id: int) -> bool:
+    """Whether an operator granted ``agent`` the bot whose primary key is ``bot_id``."""
+    return agent.bots.filter(pk=bot_id).exists()
+
+
 # Platform callbacks name their bot by app id, many times a second, and bots change rarely: each
 # process keeps the active bots it has read (secrets decrypted) for BOT_CACHE_SECONDS. A change
 # saved in this process (admin, askcards_bot) clears the cache at once; other processes see it

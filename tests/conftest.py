@@ -95,6 +95,11 @@ def grant(agent, *usernames: str) -> None:
         services.agent_grant(agent=agent, username=username, actor="test")
 
 
+def grant_bot(agent, bot) -> None:
+    """Grant ``agent`` this bot, as an operator would (askcards_agent grant NAME --bot APP_ID)."""
+    services.agent_bot_grant(agent=agent, bot=bot, actor="test")
+
+
 @pytest.fixture
 def agent_and_key(db):
     """agent-a and its key; it is granted the cast's web users, alice and bob."""

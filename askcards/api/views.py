@@ -48,7 +48,7 @@ class SessionUpsertApi(APIView):
         data = _validated(s.SessionUpsertInput, _body(request))
         agent = request.user
         if "bot" in data:
-            data["bot"] = services.session_bot(app_id=data["bot"], platform=data.get("platform"), key=data["key"])
+            data["bot"] = services.session_bot(agent=agent, app_id=data["bot"], platform=data.get("platform"), key=data["key"])
         if "parent" in data:
             data["parent"] = selectors.session_get(agent=agent, session_ref=data["parent"])
         session, created = services.session_upsert(agent=agent, **data)

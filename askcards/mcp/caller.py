@@ -86,6 +86,6 @@ def caller_for(agent: Agent, query_string: bytes) -> Caller:
         raise InvalidInput(f"invalid session in the MCP URL ({problems}); {HOW_TO_NAME}")
     values = dict(serializer.validated_data)
     if "bot" in values:
-        values["bot"] = services.session_bot(app_id=values["bot"], platform=values.get("platform"), key=values["key"])
+        values["bot"] = services.session_bot(agent=agent, app_id=values["bot"], platform=values.get("platform"), key=values["key"])
     session, _ = services.session_upsert(agent=agent, **values)
     return Caller(agent=agent, session=session, sender_id=sender_id)

@@ -37,11 +37,12 @@ def agent_webhook_url_check(*, url: str) -> str:
 
 
 def agent_create(
-    *, name: str, webhook_url: str = "", web_users: Sequence[str] = (), actor: str = "operator"
+    *, name: str, webhook_url: str = "", web_users: Sequence[str] = (), bots: Sequence[Bot] = (),
+    actor: str = "operator",
 ) -> tuple[Agent, str]:
-    """Create an agent granted ``web_users`` (see agent_grant); returns it and its API key, which
-    is shown this once and stored hashed. InvalidInput (nothing created) for a blank or taken
-    name, a refused webhook URL or an unknown username."""
+    """Create an agent granted ``web_users`` (see agent_grant) and ``bots`` (agent_bot_grant);
+    returns it and its API key, which is shown this once and stored hashed. InvalidInput (nothing
+    created) for a blank or taken name, a refused webhook URL or an unknown username."""
     if not name.strip():
         raise InvalidInput("agent name must not be blank")
     _check_columns(Agent, name=name, webhook_url=webhook_url)
@@ -59,8 +60,11 @@ def agent_create(
             webhook_secret=crypto.new_webhook_secret() if webhook_url else "",
         )
         agent.web_users.add(*users)
+        agent.bots.add(*bots)
     for username in dict.fromkeys(web_users):
         logger.info("agent %s granted web user %s by %s", agent.name, username, actor)
+    for bot in bots:
+        logger.info("agent %s granted %s bot %s by %s", agent.name, bot.platform, bot.app_id, actor)
     return agent, key
 
 
@@ -134,6 +138,52 @@ def agent_grants_set(*, agent: Agent, usernames: Sequence[str], actor: str) -> t
     current = [user.get_username() for user in agent.web_users.all()]
     granted = [name for name in wanted if agent_grant(agent=agent, username=name, actor=actor)]
     revoked = [name for name in current if name not in wanted and agent_revoke(agent=agent, username=name, actor=actor)]
+    return granted, revoked
+
+
+def bot_find(*, ref: str) -> Bot:
+    """The bot an operator names in a grant: its app id / client id, or ``platform:app_id`` when
+    both platforms have that id. InvalidInput saying how to list the bots otherwise."""
+    prefix, colon, rest = ref.partition(":")
+    platform, app_id = (prefix, rest) if colon and prefix in Bot.Platform.values else ("", ref)
+    bots = list(Bot.objects.filter(app_id=app_id, **({"platform": platform} if platform else {}))[:2])
+    if not bots:
+        raise InvalidInput(f"no bot with id {ref!r} (askcards_bot list shows the bots)")
+    if len(bots) > 1:
+        raise InvalidInput(f"both a feishu and a dingtalk bot have id {app_id!r}: name one as feishu:{app_id} or dingtalk:{app_id}")
+    return bots[0]
+
+
+def agent_bot_grant(*, agent: Agent, bot: Bot, actor: str) -> bool:
+    """Let ``agent``'s sessions use ``bot`` (send its cards to the chats and people it reaches).
+    Idempotent: False when the grant already existed."""
+    with transaction.atomic():
+        if agent.bots.filter(pk=bot.pk).exists():
+            return False
+        agent.bots.add(bot)
+    logger.info("agent %s granted %s bot %s by %s", agent.name, bot.platform, bot.app_id, actor)
+    return True
+
+
+def agent_bot_revoke(*, agent: Agent, bot: Bot, actor: str) -> bool:
+    """Withdraw a bot grant. Idempotent: False when there was none. Nothing already sent is closed
+    (cards stay answerable, results still reach the agent); the agent's next session naming the
+    bot, and its next ask on a session of the bot, are refused with BotNotGranted."""
+    with transaction.atomic():
+        if not agent.bots.filter(pk=bot.pk).exists():
+            return False
+        agent.bots.remove(bot)
+    logger.info("agent %s lost its grant of %s bot %s, revoked by %s", agent.name, bot.platform, bot.app_id, actor)
+    return True
+
+
+def agent_bots_set(*, agent: Agent, bots: Sequence[Bot], actor: str) -> tuple[list[Bot], list[Bot]]:
+    """Make ``bots`` exactly the bots ``agent`` is granted, through agent_bot_grant and
+    agent_bot_revoke. Returns the bots (granted, revoked)."""
+    wanted = {bot.pk: bot for bot in bots}
+    current = list(agent.bots.all())
+    granted = [bot for bot in wanted.values() if agent_bot_grant(agent=agent, bot=bot, actor=actor)]
+    revoked = [bot for bot in current if bot.pk not in wanted and agent_bot_revoke(agent=agent, bot=bot, actor=actor)]
     return granted, revoked
 
 

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from askcards import selectors
 from askcards.db import statements
-from askcards.errors import InvalidInput, WebUserNotGranted
+from askcards.errors import BotNotGranted, InvalidInput, WebUserNotGranted
 from askcards.models import Agent, Ask, Bot, Session
 
 from .asks import ask_invalidate
@@ -42,8 +42,8 @@ def session_upsert(
 ) -> tuple[Session, bool]:
     """Create the session of ``key`` or update the fields given. Returns (session, created).
 
-    Raises WebUserNotGranted (and writes nothing) when ``web_user`` names a user the agent was
-    not granted.
+    Raises WebUserNotGranted / BotNotGranted (and writes nothing) when ``web_user`` / ``bot``
+    names a user / bot the agent was not granted.
     """
     inferred = infer_platform(key)
     if platform is None and inferred:
@@ -66,6 +66,8 @@ def session_upsert(
     if parent is not None and parent.agent_id != agent.id:
         raise InvalidInput("parent must be a session of this agent")
     session_check_web_user(agent=agent, web_user=fields.get("web_user") or "")
+    if bot is not None and not selectors.bot_granted(agent=agent, bot_id=bot.pk):
+        raise _bot_not_granted(agent, bot.app_id)
     values: dict[str, Any] = {name: value for name, value in fields.items() if value is not None}
     if platform is not None:
         values["platform"] = platform
@@ -102,17 +104,34 @@ def _unchanged(session: Session, values: dict[str, Any]) -> bool:
     return True
 
 
-def session_bot(*, app_id: str, platform: str | None, key: str) -> Bot:
-    """The active bot a session names by its ``app_id`` / ``client_id``, on the session's platform
-    (given, or inferred from ``key``); InvalidInput when there is none."""
+def session_bot(*, agent: Agent, app_id: str, platform: str | None, key: str) -> Bot:
+    """The active bot a session of ``agent`` names by its ``app_id`` / ``client_id``, on the
+    session's platform (given, or inferred from ``key``). BotNotGranted when there is no such
+    active bot or the agent was not granted it: the same answer, so an agent cannot find out which
+    apps exist."""
     platform = platform or (infer_platform(key) or (None,))[0]
     bots = Bot.objects.filter(app_id=app_id, is_active=True)
     if platform in Bot.Platform.values:
         bots = bots.filter(platform=platform)
     bot = bots.first()
-    if bot is None:
-        raise InvalidInput(f"no active bot with app_id/client_id {app_id!r}; add it with askcards_bot")
+    if bot is None or not selectors.bot_granted(agent=agent, bot_id=bot.pk):
+        raise _bot_not_granted(agent, app_id)
     return bot
+
+
+def session_check_bot(*, agent: Agent, session: Session) -> None:
+    """Raise BotNotGranted when the session's bot is no longer granted to its agent (revoked after
+    the session was made): new asks are refused; what was already sent stays."""
+    if session.bot_id is not None and not selectors.bot_granted(agent=agent, bot_id=session.bot_id):
+        raise _bot_not_granted(agent, session.bot.app_id if session.bot else str(session.bot_id))
+
+
+def _bot_not_granted(agent: Agent, app_id: str) -> BotNotGranted:
+    command = shlex.join(["python", "manage.py", "askcards_agent", "grant", agent.name, "--bot", app_id])
+    return BotNotGranted(
+        f"agent {agent.name!r} may not use bot {app_id!r}: it was not granted that bot (or no active bot has "
+        f"that id). An operator grants it with `{command}` (or on the agent's admin page)."
+    )
 
 
 def session_check_web_user(*, agent: Agent, web_user: str) -> None:

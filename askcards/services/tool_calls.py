@@ -21,7 +21,7 @@ from askcards.errors import InvalidInput, UnknownTool
 from askcards.models import Agent, Ask, AskEvent, CardMessage, Respondent, Session
 
 from .asks import SYSTEM, ask_activate, ask_invalidate, audit, close, current_result
-from .sessions import session_check_web_user
+from .sessions import session_check_bot, session_check_web_user
 
 logger = logging.getLogger(__name__)
 
@@ -64,16 +64,19 @@ def tool_call(
 ) -> ToolCallOutcome:
     """Run a model's tool call: validate, reserve, deliver, activate (or fail at once).
 
-    Raises UnknownTool for a name no session has, and WebUserNotGranted when the session's
-    web_user is no longer granted to the agent (revoked after the session was made; asks already
-    pending stay, and a retry of an earlier call_id still returns its ask). Everything else is a
+    Raises UnknownTool for a name no session has (naming this session's tools), and
+    WebUserNotGranted / BotNotGranted when the session's web_user / bot is no longer granted to
+    the agent (revoked after the session was made: asks already pending stay, and a retry of an
+    earlier call_id still returns its ask). Everything else is a
     tool-level outcome the model must see: invalid arguments, a tool this session lacks, no
     surface to ask on. ``timeout_seconds`` sets the deadline of tools that take the call's
     timeout (``Tool.call_timeout``).
     """
     tool = tools.get(name)
     if tool is None:
-        raise UnknownTool(f"unknown tool {name!r}; expected one of: {', '.join(sorted(tools.REGISTRY))}")
+        offered = [t.name for t in tools.tools_for(platform=session.platform, is_subagent=session.is_subagent)]
+        expected = f"this session's tools are: {', '.join(offered)}" if offered else "this session has no tools"
+        raise UnknownTool(f"unknown tool {name!r}; {expected} (GET /api/v1/sessions/{{id}}/tools lists them)")
     if call_id:
         existing = Ask.objects.filter(agent=agent, call_id=call_id).select_related("session").first()
         if existing is not None:
@@ -95,6 +98,8 @@ def tool_call(
     owner = sender_id or session.user_id or session.web_user
     if isinstance(request, tools.ActionRequest):
         return _ACTIONS[type(request)](request, agent=agent, session=session, owner=owner)
+    # After the actions: an agent whose bot was revoked may still list and cancel what it sent.
+    session_check_bot(agent=agent, session=session)
     title_limit = Ask._meta.get_field("title").max_length
     if title_limit is not None and len(request.title) > title_limit:
         return ToolCallOutcome("failed", tool.refusal(
@@ -171,7 +176,12 @@ def _replace_older(ask: Ask, tool: tools.Tool) -> None:
     assert ask.activated_at is not None  # set by ask_activate, which just won
     Ask.objects.filter(pk=ask.pk, status=Ask.Status.PENDING).update(deadline=ask.activated_at + tool.default_timeout)
     older = (
-        Ask.objects.filter(scope_key=ask.scope_key, tool=ask.tool, target_type=Ask.Target.NONE, status__in=Ask.OPEN)
+        # The agent's own asks only: two agents sharing a bot, a chat and a person never replace
+        # each other's (scope_key names the bot, the session key and the person, not the agent).
+        Ask.objects.filter(
+            agent_id=ask.agent_id, scope_key=ask.scope_key, tool=ask.tool, target_type=Ask.Target.NONE,
+            status__in=Ask.OPEN,
+        )
         .exclude(pk=ask.pk)
         .select_related("session", "agent")
     )

@@ -14,7 +14,7 @@ from rest_framework.test import APIClient
 
 from askcards import crypto, services
 from askcards.models import Agent, Ask, AskEvent, Bot, CardMessage, OutboxEvent
-from tests.conftest import QUESTIONS, answer_for
+from tests.conftest import QUESTIONS, answer_for, grant_bot
 
 KEY_PATTERN = re.compile(r"ak_[A-Za-z0-9_-]{43}")
 WEBHOOK_SECRET_PATTERN = re.compile(r"whsec_[A-Za-z0-9+/=]{44}")
@@ -404,6 +404,7 @@ def test_ask_event_admin_denies_delete(admin_client, pending_ask):
 
 
 def test_session_page_shows_its_progress_cards_and_their_sync_state(admin_client, agent, feishu_bot):
+    grant_bot(agent, feishu_bot)
     session, _ = services.session_upsert(agent=agent, key=f"feishu-{feishu_bot.app_id}-private-ou_a", bot=feishu_bot)
     card = services.progress_put(session=session, status="running", title="Nightly import")
     CardMessage.objects.filter(progress_card=card).update(message_id="om_progress_1", last_error="HTTP 429, code 230020")

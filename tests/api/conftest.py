@@ -15,7 +15,7 @@ from rest_framework.test import APIClient
 from askcards import services
 from askcards.api import urls as api_urls
 from askcards.models import Ask, OutboxEvent, Respondent, Session
-from tests.conftest import QUESTIONS, answer_for
+from tests.conftest import QUESTIONS, answer_for, grant_bot
 
 PREFIX = "/api/v1/"
 METHODS = ("get", "post", "put", "patch", "delete")
@@ -159,6 +159,7 @@ def other_ask(other_agent, other_session) -> Ask:
 def feishu_session(agent) -> Session:
     """A Feishu p2p session whose bot is never called: progress reports only store the card."""
     bot = services.bot_add(platform="feishu", app_id="cli_api", app_secret="secret", base_url="http://127.0.0.1:9")
+    grant_bot(agent, bot)
     session, _ = services.session_upsert(agent=agent, key="feishu-cli_api-private-ou_alice", bot=bot)
     return session
 

@@ -184,7 +184,6 @@ WRONG_TYPES = [
     ("session-upsert", {"key": "web/x", "platform": "web", "user_id": 5}, "user_id"),
     ("session-upsert", {"key": "web/x", "platform": "web", "web_user": ["alice"]}, "web_user"),
     ("session-upsert", {"key": "web/x", "platform": "web", "parent": 5}, "parent"),
-    ("session-upsert", {"key": "web/x", "platform": "feishu", "bot": "cli_unknown"}, "bot"),
     ("session-messages", {"sender_id": 5}, "sender_id"),
     ("session-messages", {"sender_id": {"id": "x"}}, "sender_id"),
     ("tool-call", {"wait": "x"}, "wait"),

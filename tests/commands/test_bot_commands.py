@@ -16,6 +16,7 @@ from askcards.models import Bot
 from tests.fakes.dingtalk import FakeDingTalk
 from tests.fakes.feishu import TOKEN_PATH as FEISHU_TOKEN_PATH
 from tests.fakes.feishu import FakeFeishu
+from tests.conftest import grant_bot
 
 pytestmark = pytest.mark.django_db
 
@@ -201,6 +202,7 @@ def test_remove_deletes_an_unused_bot(feishu_bot):
 
 
 def test_remove_retires_a_bot_sessions_refer_to(agent, feishu_bot):
+    grant_bot(agent, feishu_bot)
     services.session_upsert(agent=agent, key=f"feishu-{feishu_bot.app_id}-private-ou_alice", bot=feishu_bot)
     out, _ = run("remove", "feishu", feishu_bot.app_id, "--json")
     payload = json.loads(out)
@@ -209,6 +211,7 @@ def test_remove_retires_a_bot_sessions_refer_to(agent, feishu_bot):
 
 
 def test_retired_bot_refuses_its_callbacks(agent, feishu_bot, client):
+    grant_bot(agent, feishu_bot)
     services.session_upsert(agent=agent, key=f"feishu-{feishu_bot.app_id}-private-ou_alice", bot=feishu_bot)
     run("remove", "feishu", feishu_bot.app_id)
     response = client.post(f"/callbacks/feishu/{feishu_bot.app_id}/", data=b"{}", content_type="application/json")

@@ -14,7 +14,7 @@ from django.db import connections
 from askcards import services
 from askcards.models import Ask, AskEvent, OutboxEvent, Respondent
 from tests.consumers.test_panel import _panel
-from tests.conftest import person
+from tests.conftest import grant_bot, person
 from tests.dingtalk.integration import click, create, make_bot, private_view
 from tests.fakes.dingtalk import FakeDingTalk
 
@@ -57,6 +57,7 @@ def world(settings, fake, agent):
     """alice's DingTalk conversation (she is staff_a there), shown on the card and her panel."""
     settings.ASKCARDS_SURFACES = ["askcards.surfaces.web.WebSurface", "askcards.surfaces.dingtalk.surface.DingTalkSurface"]
     bot = make_bot(fake)
+    grant_bot(agent, bot)
     session, _ = services.session_upsert(
         agent=agent, key="dingtalk/dm/staff_a", platform="dingtalk", bot=bot, chat_type="p2p", user_id="staff_a",
         user_name="成员甲", web_user="alice",

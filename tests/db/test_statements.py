@@ -11,6 +11,7 @@ from django.utils import timezone
 from askcards import outbox, services
 from askcards.db import statements
 from askcards.models import Agent, Ask, AskEvent, Bot, CallbackReceipt, CardMessage, OutboxEvent, ProgressCard, Respondent
+from tests.conftest import grant_bot
 
 
 @pytest.fixture
@@ -203,6 +204,7 @@ def test_ask_close_marks_every_other_pending_respondent_missing(pending_ask):
 
 @pytest.fixture
 def feishu_session(agent, feishu_bot):
+    grant_bot(agent, feishu_bot)
     session, _ = services.session_upsert(agent=agent, key="feishu-cli_statements-private-ou_alice", bot=feishu_bot)
     return session
 

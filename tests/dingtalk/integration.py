@@ -12,6 +12,7 @@ from askcards.models import Ask, Bot, CardMessage
 from askcards.surfaces.base import SyncReport
 from askcards.surfaces.dingtalk.surface import DingTalkSurface
 from tests.fakes.dingtalk import signed_callback
+from tests.conftest import grant_bot
 
 API_SECRET = "callback-api-secret"
 TOOL = "dingtalk_ask_user_question"
@@ -34,6 +35,7 @@ def make_bot(fake, *, callback_mode: str = "stream") -> Bot:
 
 def make_session(agent, bot, *, key: str = "dingtalk/dm/staff_a", chat_type: str = "p2p", user_id: str = "staff_a",
                  chat_id: str = ""):
+    grant_bot(agent, bot)
     session, _ = services.session_upsert(
         agent=agent, key=key, platform="dingtalk", bot=bot, chat_type=chat_type, user_id=user_id, chat_id=chat_id,
         user_name="成员甲",

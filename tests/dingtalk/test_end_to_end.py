@@ -17,6 +17,7 @@ from django.utils import timezone
 from askcards.models import Ask, CardMessage
 from askcards.tools import dingtalk_ask_user_question as dt
 from askcards.worker import Worker
+from tests.conftest import grant_bot
 from tests.fakes.dingtalk import signed_callback
 
 from .integration import API_SECRET, FIELDS, QUESTIONS, make_bot
@@ -28,6 +29,7 @@ TIMEOUT = 10
 @pytest.fixture
 def world(live_server, fake, agent_and_key):
     bot = make_bot(fake, callback_mode="http")
+    grant_bot(agent_and_key[0], bot)
     call_command("askcards_dingtalk_register", "--client-id", bot.app_id,
                  "--url", f"{live_server.url}/callbacks/dingtalk/{bot.app_id}/", stdout=StringIO())
     http = requests.Session()

@@ -18,9 +18,9 @@ from .integration import API_SECRET, FIELDS
 SEED = """
 import json
 from askcards import services
-agent, key = services.agent_create(name="dt-restart")
 bot = services.bot_add(platform="dingtalk", app_id="{client_id}", app_secret="{client_secret}",
     base_url="{base_url}", api_secret="{api_secret}", callback_mode="stream")
+agent, key = services.agent_create(name="dt-restart", bots=[bot])
 session, _ = services.session_upsert(agent=agent, key="dingtalk/dm/lead", platform="dingtalk", bot=bot,
     chat_type="p2p", user_id="lead")
 print(json.dumps({{"key": key, "session": session.id}}))

@@ -46,6 +46,7 @@ def served_with_fake(tmp_path):
             env, "askcards_bot", "add", "feishu", "--app-id", fake.app_id, "--app-secret", fake.app_secret,
             "--verification-token", VERIFICATION_TOKEN, "--encrypt-key", ENCRYPT_KEY, "--base-url", fake.base_url,
         )
+        serving.manage(env, "askcards_agent", "grant", "e2e", "--bot", fake.app_id)  # an operator's grant
         with serving.serve(env) as base:
             yield base, {"Authorization": f"Bearer {key}"}, fake
 

@@ -181,7 +181,7 @@ from askcards import services
 get_user_model().objects.create_user("alice", password="correct horse battery")
 services.bot_add(platform="dingtalk", app_id={app_id!r}, app_secret={secret!r}, base_url={base_url!r},
                  api_secret="callback-api-secret", callback_mode="stream")
-call_command("askcards_agent", "create", "lunch-bot", "--grant", "alice", "--json")
+call_command("askcards_agent", "create", "lunch-bot", "--grant", "alice", "--bot", {app_id!r}, "--json")
 """
 
 LUNCH = [{"value": "rice", "text": "米饭"}, {"value": "noodles", "text": "面条"}, {"value": "dumplings", "text": "饺子"}]

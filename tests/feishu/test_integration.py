@@ -16,6 +16,7 @@ from askcards.surfaces.feishu.surface import render
 from tests.fakes.feishu import FakeFeishu
 from tests.feishu.helpers import forms, texts
 from tests.feishu.integration import ENCRYPT_KEY, VERIFICATION_TOKEN, click, converge, message_of, submit_value
+from tests.conftest import grant_bot
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -48,6 +49,7 @@ def bot(fake, db) -> Bot:
 
 @pytest.fixture
 def session(agent, bot, feishu_surfaces):
+    grant_bot(agent, bot)
     session, _ = services.session_upsert(agent=agent, key=f"feishu-{bot.app_id}-private-ou_alice", bot=bot)
     return session
 
@@ -94,6 +96,7 @@ def test_wechat_session_never_gets_the_tool(agent, api, feishu_surfaces):
 
 
 def test_group_card_goes_to_the_chat_and_only_the_sender_answers(agent, api, bot, feishu_surfaces, fake):
+    grant_bot(agent, bot)
     group, _ = services.session_upsert(
         agent=agent, key="ws/feishu-chat/oc_team", bot=bot, chat_id="oc_team", chat_type="group"
     )
@@ -293,6 +296,7 @@ def test_panel_and_card_first_answer_wins(agent, api, bot, feishu_surfaces, fake
 
     from askcards.surfaces.web import panel_group
 
+    grant_bot(agent, bot)
     session, _ = services.session_upsert(agent=agent, key=f"feishu-{bot.app_id}-private-ou_alice", bot=bot, web_user="alice")
     PanelPresence.objects.create(username="alice", channel_name="test.panel", last_seen=timezone.now())
     layer = get_channel_layer()

@@ -45,11 +45,11 @@ DINGTALK_SESSION = {
 SEED = """
 import json
 from askcards import services
-agent, key = services.agent_create(name="mcp-platforms")
-services.bot_add(platform="feishu", app_id={feishu_id!r}, app_secret={feishu_secret!r}, base_url={feishu_url!r},
-                 verification_token={token!r}, encrypt_key={encrypt_key!r})
-services.bot_add(platform="dingtalk", app_id={dingtalk_id!r}, app_secret={dingtalk_secret!r},
-                 base_url={dingtalk_url!r}, api_secret={api_secret!r}, callback_mode="http")
+feishu = services.bot_add(platform="feishu", app_id={feishu_id!r}, app_secret={feishu_secret!r},
+                          base_url={feishu_url!r}, verification_token={token!r}, encrypt_key={encrypt_key!r})
+dingtalk = services.bot_add(platform="dingtalk", app_id={dingtalk_id!r}, app_secret={dingtalk_secret!r},
+                            base_url={dingtalk_url!r}, api_secret={api_secret!r}, callback_mode="http")
+agent, key = services.agent_create(name="mcp-platforms", bots=[feishu, dingtalk])
 print(json.dumps({{"key": key}}))
 """
 

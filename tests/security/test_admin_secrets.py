@@ -35,7 +35,7 @@ from django.utils import timezone
 
 from askcards import services
 from askcards.models import Agent, Ask, Bot
-from tests.conftest import QUESTIONS, person
+from tests.conftest import QUESTIONS, grant_bot, person
 
 MAX_PAGES = 700
 HREF = re.compile(r"""href\s*=\s*["']([^"'#]*)""")
@@ -108,8 +108,10 @@ def world(admin_client, admin_user, recording_surface):
     Ask.objects.filter(pk=asks["purged"].pk).update(result_delivered_at=timezone.now() - timedelta(days=400))
     assert services.purge_answers() == 1
 
+    grant_bot(agent, feishu_bot)
     feishu_session, _ = services.session_upsert(agent=agent, key="feishu-cli_crawl-private-ou_a", bot=feishu_bot)
     services.progress_put(session=feishu_session, status="running", title="Nightly import")
+    grant_bot(agent, dingtalk_bot)
     services.session_upsert(
         agent=agent, key="dingtalk/dm/staff_a", platform="dingtalk", bot=dingtalk_bot, user_id="staff_a"
     )

@@ -30,7 +30,7 @@ from askcards.models import Ask, AskEvent, CallbackReceipt, CardMessage, OutboxE
 from askcards.surfaces.dingtalk.callbacks import sign as dingtalk_sign
 from askcards.surfaces.feishu import security as feishu_security
 from project.asgi import application
-from tests.conftest import QUESTIONS
+from tests.conftest import QUESTIONS, grant_bot
 
 from .strategies import (
     FUZZ, HUGE, NASTY_TEXT, Bytes, Raw, Text, deep, deep_object, dumps, header_text, hostile_values, json_values,
@@ -123,6 +123,7 @@ def feishu(agent, recording_surface):
                                  verification_token=TOKEN)
     sessions = {}
     for app, each in ((FEISHU_APP, bot), (FEISHU_PLAIN_APP, plain_bot)):
+        grant_bot(agent, each)
         sessions[app], _ = services.session_upsert(agent=agent, key=f"feishu-{app}-private-{OPERATOR}", bot=each)
         recording_surface.present.add(sessions[app].id)
         services.progress_put(session=sessions[app], status="running", title="Fuzzed run")

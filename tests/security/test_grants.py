@@ -158,7 +158,7 @@ def test_list_shows_each_agents_grants(newcomer):
     run("askcards_agent", "grant", "newcomer", "bob")
     run("askcards_agent", "grant", "newcomer", "alice")
     line = next(line for line in run("askcards_agent", "list").splitlines() if line.startswith("newcomer\t"))
-    assert line.endswith("\talice,bob")
+    assert line.endswith("\talice,bob\t-")  # web users, then bots (none)
 
 
 # ------------------------------------------------------------------------------------ the admin

@@ -515,7 +515,7 @@ BAD_QUERIES = {
     "unknown parameter": ("session=a&platform=web&agent=agent-b", "unknown URL parameter 'agent'"),
     "parent smuggled": ("session=a&platform=web&parent=shared", "unknown URL parameter 'parent'"),
     "bad platform": ("session=a&platform=admin", "is not a valid choice"),
-    "unknown bot": ("session=a&platform=feishu&bot=cli_nope", "no active bot"),
+    "unknown bot": ("session=a&platform=feishu&bot=cli_nope", "was not granted that bot"),
     "NUL in user_id": ("session=a&platform=web&user_id=%00", "Null characters are not allowed"),
     "NUL in sender_id": ("session=a&platform=web&sender_id=al%00ice", "NUL character"),
     "long sender_id": ("session=a&platform=web&sender_id=" + "s" * 201, "longer than 200 characters"),

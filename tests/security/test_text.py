@@ -13,7 +13,7 @@ from askcards import services
 from askcards.models import Ask, AskEvent, Respondent
 from askcards.surfaces.dingtalk import callbacks as dingtalk_callbacks
 from askcards.surfaces.feishu import security
-from tests.conftest import QUESTIONS, answer_for
+from tests.conftest import QUESTIONS, answer_for, grant_bot
 from tests.dingtalk import integration as dingtalk
 from tests.fakes.dingtalk import FakeDingTalk
 from tests.feishu.integration import ENCRYPT_KEY, VERIFICATION_TOKEN
@@ -74,6 +74,7 @@ def _feishu_click(bot, ask, form_value: dict):
 def test_feishu_form_value_with_unstorable_text_is_400_and_the_ask_stays_pending(recording_surface, agent, text):
     bot = services.bot_add(platform="feishu", app_id="cli_text", app_secret="s", base_url="http://127.0.0.1:9",
                            encrypt_key=ENCRYPT_KEY, verification_token=VERIFICATION_TOKEN)
+    grant_bot(agent, bot)
     session, _ = services.session_upsert(agent=agent, key="feishu-cli_text-private-ou_alice", platform="feishu",
                                          bot=bot, user_id="ou_alice")
     recording_surface.present.add(session.id)

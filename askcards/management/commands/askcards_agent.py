@@ -13,7 +13,8 @@ ACTOR = "askcards_agent"  # who granted or revoked, in the log
 class Command(BaseCommand):
     help = (
         "Manage API agents: create one (its key is printed once), rotate a key, list them, and "
-        "grant or revoke the web users (Django users) whose panel an agent may ask."
+        "grant or revoke the web users (Django users) whose panel an agent may ask and the bots "
+        "(Feishu / DingTalk apps) its sessions may use."
     )
 
     def add_arguments(self, parser):
@@ -25,18 +26,29 @@ class Command(BaseCommand):
             "--grant", action="append", default=[], metavar="USERNAME",
             help="Let the agent ask this Django user on the web panel (repeatable)",
         )
+        create.add_argument(
+            "--bot", action="append", default=[], metavar="APP_ID",
+            help="Let the agent's sessions use this Feishu app id / DingTalk client id (repeatable)",
+        )
         rotate = sub.add_parser("rotate", help="Replace an agent's key and print the new one")
         rotate.add_argument("name")
         for parser_ in (create, rotate):
             output = parser_.add_mutually_exclusive_group()
             output.add_argument("--json", action="store_true", help='Print {"name","key","webhook_secret","mcp_url"}')
             output.add_argument("--key-only", action="store_true", help="Print the key alone, e.g. for KEY=$(...)")
-        grant = sub.add_parser("grant", help="Let an agent's sessions name a Django user as their web_user")
-        grant.add_argument("name")
-        grant.add_argument("username")
-        revoke = sub.add_parser("revoke", help="Withdraw a grant: the agent may no longer ask that web user")
-        revoke.add_argument("name")
-        revoke.add_argument("username")
+        grant = sub.add_parser(
+            "grant", help="Let an agent's sessions name a Django user as their web_user, or use a bot (--bot)"
+        )
+        revoke = sub.add_parser(
+            "revoke", help="Withdraw a grant: the agent may no longer ask that web user, or use that bot (--bot)"
+        )
+        for parser_ in (grant, revoke):
+            parser_.add_argument("name")
+            parser_.add_argument("username", nargs="?", help="A Django username")
+            parser_.add_argument(
+                "--bot", action="append", default=[], metavar="APP_ID",
+                help="A Feishu app id / DingTalk client id (platform:id when both have it; repeatable)",
+            )
         sub.add_parser("list", help="List agents and the web users each is granted")
 
     def handle(self, *args, action: str, **options):
@@ -45,7 +57,8 @@ class Command(BaseCommand):
         except InvalidInput as exc:
             raise CommandError(exc.message) from None
 
-    def _create(self, *, name: str, webhook_url: str, grant: list[str], json: bool, key_only: bool, **_):
+    def _create(self, *, name: str, webhook_url: str, grant: list[str], bot: list[str], json: bool, key_only: bool,
+                **_):
         if Agent.objects.filter(name=name).exists():
             # Keys are stored hashed and shown once: the way to a usable key again is a new one.
             raise CommandError(
@@ -53,29 +66,51 @@ class Command(BaseCommand):
                 f"For a new key (the old one stops working): askcards_agent rotate {name}"
                 + (" --key-only" if key_only else " --json" if json else "")
             )
-        agent, key = services.agent_create(name=name, webhook_url=webhook_url, web_users=grant, actor=ACTOR)
+        bots = [services.bot_find(ref=ref) for ref in dict.fromkeys(bot)]
+        agent, key = services.agent_create(name=name, webhook_url=webhook_url, web_users=grant, bots=bots, actor=ACTOR)
         self._print_key(agent, key, json, key_only)
 
     def _rotate(self, *, name: str, json: bool, key_only: bool, **_):
         agent = self._agent(name)
         self._print_key(agent, services.agent_rotate_key(agent=agent), json, key_only)
 
-    def _grant(self, *, name: str, username: str, **_):
-        agent = self._agent(name)
-        if services.agent_grant(agent=agent, username=username, actor=ACTOR):
-            self.stdout.write(f"Agent {agent.name!r} may now ask web user {username!r}.")
-        else:
-            self.stdout.write(f"Agent {agent.name!r} was already granted web user {username!r}; nothing changed.")
+    def _grant(self, *, name: str, username: str | None, bot: list[str], **_):
+        agent, bots = self._grant_subject(name, username, bot)
+        if username is not None:
+            if services.agent_grant(agent=agent, username=username, actor=ACTOR):
+                self.stdout.write(f"Agent {agent.name!r} may now ask web user {username!r}.")
+            else:
+                self.stdout.write(f"Agent {agent.name!r} was already granted web user {username!r}; nothing changed.")
+        for one in bots:
+            if services.agent_bot_grant(agent=agent, bot=one, actor=ACTOR):
+                self.stdout.write(f"Agent {agent.name!r} may now use {one.platform} bot {one.app_id!r}.")
+            else:
+                self.stdout.write(f"Agent {agent.name!r} was already granted {one.platform} bot {one.app_id!r}; nothing changed.")
 
-    def _revoke(self, *, name: str, username: str, **_):
-        agent = self._agent(name)
-        if services.agent_revoke(agent=agent, username=username, actor=ACTOR):
-            self.stdout.write(
-                f"Agent {agent.name!r} may no longer ask web user {username!r}; "
-                "its asks already pending there stay answerable."
-            )
-        else:
-            self.stdout.write(f"Agent {agent.name!r} was not granted web user {username!r}; nothing changed.")
+    def _revoke(self, *, name: str, username: str | None, bot: list[str], **_):
+        agent, bots = self._grant_subject(name, username, bot)
+        if username is not None:
+            if services.agent_revoke(agent=agent, username=username, actor=ACTOR):
+                self.stdout.write(
+                    f"Agent {agent.name!r} may no longer ask web user {username!r}; "
+                    "its asks already pending there stay answerable."
+                )
+            else:
+                self.stdout.write(f"Agent {agent.name!r} was not granted web user {username!r}; nothing changed.")
+        for one in bots:
+            if services.agent_bot_revoke(agent=agent, bot=one, actor=ACTOR):
+                self.stdout.write(
+                    f"Agent {agent.name!r} may no longer use {one.platform} bot {one.app_id!r}; "
+                    "its cards already sent stay answerable."
+                )
+            else:
+                self.stdout.write(f"Agent {agent.name!r} was not granted {one.platform} bot {one.app_id!r}; nothing changed.")
+
+    def _grant_subject(self, name: str, username: str | None, bot: list[str]):
+        """The agent and the bots a grant or revoke names; every name is checked before anything changes."""
+        if username is None and not bot:
+            raise CommandError("name a Django username, or a bot with --bot APP_ID (or both)")
+        return self._agent(name), [services.bot_find(ref=ref) for ref in dict.fromkeys(bot)]
 
     def _agent(self, name: str) -> Agent:
         agent = Agent.objects.filter(name=name).first()
@@ -96,6 +131,7 @@ class Command(BaseCommand):
         if agent.webhook_secret:
             self.stdout.write(f"Webhook signing secret:\n{agent.webhook_secret}")
         self.stdout.write(f"Web users it may ask: {', '.join(self._web_users(agent)) or '-'}")
+        self.stdout.write(f"Bots it may use: {', '.join(self._bots(agent)) or '-'}")
         self.stdout.write(
             f"MCP URL ({{session}}: the session's key, URL-encoded):\n{mcp_url}\n"
             f"e.g. claude mcp add --transport http askcards '{mcp_url}' --header 'Authorization: Bearer <key>'"
@@ -104,11 +140,15 @@ class Command(BaseCommand):
     def _web_users(self, agent: Agent) -> list[str]:
         return sorted(user.get_username() for user in agent.web_users.all())
 
+    def _bots(self, agent: Agent) -> list[str]:
+        return sorted(f"{bot.platform}:{bot.app_id}" for bot in agent.bots.all())
+
     def _list(self, **_):
-        for agent in Agent.objects.order_by("name").prefetch_related("web_users"):
+        for agent in Agent.objects.order_by("name").prefetch_related("web_users", "bots"):
             state = "active" if agent.is_active else "inactive"
             granted = ",".join(self._web_users(agent)) or "-"
-            self.stdout.write(f"{agent.name}\t{agent.key_hint}…\t{state}\t{agent.webhook_url or '-'}\t{granted}")
+            bots = ",".join(self._bots(agent)) or "-"
+            self.stdout.write(f"{agent.name}\t{agent.key_hint}…\t{state}\t{agent.webhook_url or '-'}\t{granted}\t{bots}")
 
 
 def mcp_url_template() -> str:
