@@ -21,8 +21,10 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import re
 from collections.abc import Mapping
 from contextvars import ContextVar
+from datetime import datetime
 from typing import Any
 
 import anyio
@@ -343,13 +345,27 @@ async def tasks_cancel(ctx: ServerRequestContext[Any, Any], params: types.Cancel
     return results.task(ask)
 
 
+ASK_ID = re.compile(r"q_[0-9a-f]{32}")
+
+
+def _cursor_position(cursor: str) -> tuple[datetime, str]:
+    """Where a ``nextCursor`` (``<created_at ISO 8601>|<ask id>``) resumes; -32602 for anything
+    else: a malformed or impossible date (``2024-02-30``), a bad or missing UTC offset, an id that
+    is not an ask id."""
+    created, _, ask_id = cursor.partition("|")
+    try:
+        when = parse_datetime(created)
+    except ValueError:  # well-formed but impossible: a 30th of February, an offset past ±24 h
+        when = None
+    if when is None or when.tzinfo is None or not ASK_ID.fullmatch(ask_id):
+        raise _invalid("invalid tasks/list cursor: pass the nextCursor of the previous page, or no cursor for the first")
+    return when, ask_id
+
+
 def _tasks_page(agent: Agent, cursor: str | None) -> dict[str, Any]:
     asks = selectors.ask_list(agent=agent)
     if cursor:
-        created, _, ask_id = cursor.partition("|")
-        when = parse_datetime(created)
-        if when is None or not ask_id:
-            raise _invalid("invalid tasks/list cursor: pass the nextCursor of the previous page")
+        when, ask_id = _cursor_position(cursor)
         asks = asks.filter(Q(created_at__lt=when) | Q(created_at=when, id__lt=ask_id))
     page = list(asks[: TASKS_PAGE_SIZE + 1])
     data: dict[str, Any] = {"tasks": [results.task(ask) for ask in page[:TASKS_PAGE_SIZE]]}

@@ -120,6 +120,7 @@ from askcards.models import Agent, Ask, Bot, CardMessage
 params = json.loads(sys.argv[1])
 agent = Agent.objects.get(name=params["agent"])
 bot = Bot.objects.get(platform="feishu", app_id=params["app_id"])
+services.agent_bot_grant(agent=agent, bot=bot, actor="bench")
 per_card, cards, label, chunk = params["per_card"], params["cards"], params["label"], 20
 prefix = f"feishu-{bot.app_id}-private-ou_{label}_"
 started = time.monotonic()

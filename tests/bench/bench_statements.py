@@ -71,6 +71,7 @@ def pairs(calls: int) -> list[tuple[str, Callable[[str], Callable[[int], Any]], 
     agent, _ = services.agent_create(name="bench")
     Agent.objects.filter(pk=agent.pk).update(webhook_url="https://agent.example.com/hook")
     bot = services.bot_add(platform="feishu", app_id="cli_statements", app_secret="bench-secret")
+    services.agent_bot_grant(agent=agent, bot=bot, actor="bench")
     sessions = []
     for number in range(100):
         session, _ = services.session_upsert(agent=agent, key=f"wechat/user{number}", platform="wechat", user_id=f"u{number}")
@@ -466,6 +467,7 @@ def seed_submits(count: int, stub_base: str) -> list[Any]:
     agent = Agent.objects.get(name="bench")
     bot = services.bot_add(platform="feishu", app_id=fb.APP_ID, app_secret=fb.APP_SECRET, base_url=stub_base,
                            verification_token=fb.VERIFICATION_TOKEN, encrypt_key=fb.ENCRYPT_KEY)
+    services.agent_bot_grant(agent=agent, bot=bot, actor="bench")
     per_card = 5
     by_card = []
     for first in range(0, count // per_card, 20):

@@ -161,6 +161,12 @@ def seed(conn, size: Size = Size(), *, agent: str | None = None, bot_app_id: str
                    %(now)s, agents.id, CASE WHEN s.platform = 'feishu' THEN (SELECT id FROM bot) END, NULL
             FROM s JOIN agents ON agents.n = j %% %(agents)s""")
         if bot_app_id:
+            # The seeding agents use the bot as an operator would have granted it.
+            run("bot grant", f"""
+                WITH {agents_cte}
+                INSERT INTO askcards_agent_bots (agent_id, bot_id)
+                SELECT agents.id, (SELECT id FROM askcards_bot WHERE platform = 'feishu' AND app_id = %(bot_app_id)s)
+                FROM agents ON CONFLICT DO NOTHING""")
             run("progress card + card message", """
                 WITH cards AS (
                     INSERT INTO askcards_progresscard (session_id, status, title, content, detail_url, sender_id,

@@ -202,12 +202,12 @@ def feishu_setup(args) -> dict:
     from tests.conftest import QUESTIONS
     from tests.feishu.integration import ENCRYPT_KEY, VERIFICATION_TOKEN
 
-    agent, _ = services.agent_create(name=args.agent)
     # Nothing listens there: no worker runs, and callbacks never call Feishu.
     bot = services.bot_add(
         platform="feishu", app_id=args.app_id, app_secret="secret", base_url="http://127.0.0.1:9",
         encrypt_key=ENCRYPT_KEY, verification_token=VERIFICATION_TOKEN,
     )
+    agent, _ = services.agent_create(name=args.agent, bots=[bot])
     sessions = {}
     for spec in args.session:
         user, count = spec.split("=")
@@ -245,11 +245,11 @@ def dingtalk_setup(args) -> dict:
     from askcards.models import Ask
     from tests.dingtalk.integration import API_SECRET, FIELDS, TOOL
 
-    agent, _ = services.agent_create(name=args.agent)
     bot = services.bot_add(
         platform="dingtalk", app_id=args.app_id, app_secret=args.app_secret, base_url=args.base_url,
         api_secret=API_SECRET, callback_mode="stream",
     )
+    agent, _ = services.agent_create(name=args.agent, bots=[bot])
     session, _ = services.session_upsert(
         agent=agent, key="dingtalk/group/race", platform="dingtalk", bot=bot, chat_type="group",
         user_id="initiator", chat_id="cid_race", user_name="发起人",

@@ -42,9 +42,9 @@ SEED = """
 import json
 from askcards import services
 from tests.feishu.integration import ENCRYPT_KEY, VERIFICATION_TOKEN
-agent, key = services.agent_create(name="fault-agent")
 bot = services.bot_add(platform="feishu", app_id=%(app_id)r, app_secret=%(secret)r, base_url=%(base)r,
                        encrypt_key=ENCRYPT_KEY, verification_token=VERIFICATION_TOKEN)
+agent, key = services.agent_create(name="fault-agent", bots=[bot])
 sessions = {}
 for user in ("ou_pg", "ou_redis", "ou_platform"):
     session, _ = services.session_upsert(agent=agent, key=f"feishu-{bot.app_id}-private-{user}", bot=bot)

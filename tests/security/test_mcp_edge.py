@@ -487,6 +487,41 @@ async def test_another_agents_task_is_out_of_reach(agent_and_key, other_agent, n
     assert (await database_sync_to_async(Ask.objects.get)(pk=outcome.ask.id)).status == Ask.Status.PENDING
 
 
+BAD_CURSORS = {
+    "impossible date": "2024-02-30T00:00:00+00:00|q_" + "0" * 32,
+    "issue's example": "2024-02-30T00:00:00|q",
+    "offset past a day": "2024-01-01T00:00:00+25:00|q_" + "0" * 32,
+    "no offset": "2024-01-01T00:00:00|q_" + "0" * 32,
+    "not a date": "yesterday|q_" + "0" * 32,
+    "not an ask id": "2024-01-01T00:00:00+00:00|x",
+    "no separator": "q_" + "0" * 32,
+}
+
+
+@pytest.mark.parametrize("name", BAD_CURSORS)
+async def test_a_malformed_tasks_list_cursor_is_invalid_params_not_an_internal_error(name, agent_and_key, no_tracebacks):
+    answer = await wire.rpc(agent_and_key[1], "tasks/list", {"cursor": BAD_CURSORS[name]})
+    assert answer.error is not None, answer.final
+    assert answer.error["code"] == -32602
+    assert "invalid tasks/list cursor" in answer.error["message"]
+
+
+async def test_the_next_cursor_pages_through_every_task(agent_and_key, web_session, no_tracebacks):
+    from tests.surfaces import RecordingSurface
+    from askcards.mcp.server import TASKS_PAGE_SIZE
+
+    RecordingSurface.present.add(web_session.id)
+    made = set()
+    for _ in range(TASKS_PAGE_SIZE + 3):
+        outcome = await database_sync_to_async(services.tool_call)(
+            agent=agent_and_key[0], session=web_session, name="ask_user_questions", arguments={"questions": QUESTIONS})
+        made.add(outcome.ask.id)
+    first = await wire.rpc(agent_and_key[1], "tasks/list")
+    second = await wire.rpc(agent_and_key[1], "tasks/list", {"cursor": first.result["nextCursor"]})
+    assert "nextCursor" not in second.result
+    assert {task["taskId"] for task in first.result["tasks"] + second.result["tasks"]} == made
+
+
 ODD_KEYS = {
     "slashes": ("a/b/../c//d", "a/b/../c//d"),
     "encoded slashes": ("a%2Fb%2F..%2F..%2Fetc", "a/b/../../etc"),
