@@ -17,6 +17,7 @@ import json
 import pytest
 from channels.db import database_sync_to_async
 from django.db import connections
+from django.urls import reverse
 from rest_framework.test import APIClient
 
 from askcards import services
@@ -117,7 +118,7 @@ def card_values_fit(values: dict[str, str]) -> bool:
 
 
 def test_a_long_text_area_answer_is_accepted_and_reaches_the_agent_whole(
-        agent_and_key, session, send, fake):  # noqa: F811
+        agent_and_key, session, send, fake, admin_client):  # noqa: F811
     agent, key = agent_and_key
     outcome, details = create(agent, session, {"fields": FIELDS, "title": "周报"})
 
@@ -134,6 +135,8 @@ def test_a_long_text_area_answer_is_accepted_and_reaches_the_agent_whole(
     events = api.get("/api/v1/events?after=0").json()["events"]
     closed = next(event for event in events if event["type"] == "ask.closed")
     assert f"  - 说明: {LONG}\n" in closed["data"]["ask"]["result"]["message"]
+    # The operator sees it whole too.
+    assert LONG in admin_client.get(reverse("admin:askcards_ask_change", args=[ask.pk])).content.decode()
     # The card update everyone else sees: each value within DingTalk's budget, the cut marked.
     sync_cards()
     put = fake.cards[details["outTrackId"]].updates[-1]
