@@ -17,9 +17,11 @@ from askcards.tools import dingtalk_ask_user_question as dt
 
 logger = logging.getLogger(__name__)
 
-# A panel message is one answer: at most 4 questions of a few labels and 1000 characters of other
-# text (3 bytes each in CJK), about 15 KB. 64 KB leaves room and bounds what one frame costs us.
-MAX_MESSAGE_BYTES = 64 * 1024
+# A panel message is one answer, whose free text is at most tools.ANSWER_MAX_CHARS (20,000)
+# characters: 60 KB of CJK, 120 KB if every character were sent as a \uXXXX escape, plus the
+# labels and option values the page echoes. 256 KB fits the longest answer any surface accepts, so
+# that answer's own bound is what a person meets (a clear ack), and bounds what one frame costs us.
+MAX_MESSAGE_BYTES = 256 * 1024
 
 
 # The panel sockets' own database threads: not Channels' ``database_sync_to_async``, which is

@@ -13,6 +13,7 @@ from django.views.decorators.http import require_safe
 
 from askcards import edge
 from askcards import metrics as askcards_metrics
+from askcards.tools import ANSWER_TEXT_MAX_CHARS
 
 METRICS_REFUSALS = {
     401: ("not_authenticated", "send Authorization: Bearer <ASKCARDS_METRICS_TOKEN>"),
@@ -22,7 +23,8 @@ METRICS_REFUSALS = {
 
 @login_required
 def panel(request):
-    return render(request, "askcards/panel.html")
+    # The page's text boxes hold as much as the server accepts of one value.
+    return render(request, "askcards/panel.html", {"text_max_chars": ANSWER_TEXT_MAX_CHARS})
 
 
 @require_safe

@@ -104,19 +104,27 @@ class ClickResult:
     """What a DingTalk card click did. ``kind``: recorded | duplicate | rejected; ``reason`` says
     why a rejected click did not count (the surface tells the clicker): not_owner | not_respondent |
     no_identity | invalid | closed | already; ``respondent`` is the clicker's row once they have
-    responded."""
+    responded. An ``invalid`` submit carries what the person reads (``notice``, the tool's
+    ``FormRefused`` text) and the ``field`` it is about ("" for the form as a whole)."""
 
     kind: str
     ask: Ask
     reason: str = ""
     respondent: Respondent | None = None
+    notice: str = ""
+    field: str = ""
 
 
 def dingtalk_click(
-    *, ask: Ask, user_id: str, action: str, form: dict[str, Any], surface: str = DINGTALK_SURFACE
+    *, ask: Ask, user_id: str, action: str, form: Any, surface: str = DINGTALK_SURFACE
 ) -> ClickResult:
     """A submit or cancel on an ask's DingTalk card (``action``: ``submit`` | ``cancel``), or the
-    same on the web panel (``surface="web"``, after ``dingtalk_panel_answer``'s checks).
+    same on the web panel (``surface="web"``, from ``dingtalk_panel_answer``).
+
+    A submit's ``form`` is checked by the tool, one rule for card and panel (``check_form``): what
+    the card's form could not have sent is refused (``invalid``, with what the person reads) and
+    changes nothing but an audit row; unknown fields are dropped and hidden or read-only ones keep
+    their defaults, both named in the answer's audit row.
 
     Ordinary cards: only the asker may answer; the first submit, empty submit or cancel ends the
     ask (one conditional UPDATE, racing new messages, the deadline and cancels cleanly). Targeted
@@ -140,20 +148,22 @@ def dingtalk_click(
         audit_ignored(ask, "not_respondent", actor, surface)
         return ClickResult("rejected", ask, refused)
 
-    problem = dingtalk_tool.submission_problem(ask.fields or [], form) if action == "submit" else ""
-    if problem and ask.status == Ask.Status.PENDING and clicker.status == Respondent.Status.PENDING:
-        # Not something the card sends (a forged or garbled submit): refused, the ask stays open
-        # for a real answer. A closed ask or a respondent who already responded is answered as
-        # such below, whatever was sent.
-        logger.warning("dingtalk submit for ask %s refused: %s", ask.id, problem)
-        audit_ignored(ask, "invalid", actor, surface)
-        return ClickResult("rejected", ask, "invalid")
+    checked = dingtalk_tool.CheckedForm({})
+    if action == "submit":
+        try:
+            checked = dingtalk_tool.TOOL.check_form(ask.fields or [], form)
+        except dingtalk_tool.FormRefused as refused_form:
+            return _form_refused(ask, clicker, refused_form, actor, surface)
+    detail = checked.audit_detail()
+    if detail:
+        logger.info("dingtalk submit for ask %s: %d unknown field(s) dropped, %d hidden or read-only value(s) "
+                    "kept at the default", ask.id, len(checked.unknown), len(checked.kept_defaults))
 
     answers: dict[str, Any] | None
     if action == "cancel":
         row_status, answers = Respondent.Status.CANCELLED, None
     else:
-        submission = dingtalk_tool.read_submission(ask.fields or [], form)
+        submission = dingtalk_tool.read_submission(ask.fields or [], checked.form)
         if submission.empty:
             row_status, answers = Respondent.Status.EMPTY, {"answers": [], "values": []}
         else:
@@ -172,7 +182,7 @@ def dingtalk_click(
         status = Ask.Status.CANCELLED if action == "cancel" else Ask.Status.ANSWERED
         won = close(ask, (Ask.Status.PENDING,), status, reason, actor, surface=surface,
                      respondent=(clicker.respondent_key, row_status, answers),
-                     result=_click_result(ask, status, reason, clicker, row_status, answers))
+                     result=_click_result(ask, status, reason, clicker, row_status, answers), detail=detail)
         return _click_outcome(ask, clicker, row_status, answers, won, surface)
 
     now = timezone.now()
@@ -189,7 +199,7 @@ def dingtalk_click(
         )
         if recorded:
             audit(ask, AskEvent.Kind.RESPONDED, Ask.Status.PENDING, Ask.Status.PENDING, actor, surface,
-                   {"respondent_status": row_status})
+                   {"respondent_status": row_status, **detail})
             counts = Respondent.objects.filter(ask_id=ask.pk)
             total, waiting = counts.count(), counts.filter(status=Respondent.Status.PENDING).count()
             outbox.append(
@@ -204,6 +214,22 @@ def dingtalk_click(
                 surfaces.mark_changed(ask)
                 transaction.on_commit(partial(after_change, ask, "show"))
     return _click_outcome(ask, clicker, row_status, answers, bool(recorded), surface)
+
+
+def _form_refused(ask: Ask, clicker: Respondent, refused: dingtalk_tool.FormRefused, actor: str,
+                  surface: str) -> ClickResult:
+    """A submit the card's form could not have sent (a forged or garbled one, or an answer over
+    the length bound): refused, the ask stays open for a real answer. A closed ask, or a
+    respondent who already responded, is told so whatever was sent."""
+    if ask.status != Ask.Status.PENDING:
+        audit_ignored(ask, "closed/invalid", actor, surface)
+        return ClickResult("rejected", ask, "closed")
+    if clicker.status != Respondent.Status.PENDING:
+        audit_ignored(ask, "again/invalid", actor, surface)
+        return ClickResult("rejected", ask, "already", clicker)
+    logger.warning("dingtalk submit for ask %s refused: %s", ask.id, refused.field[:64] or "the form as a whole")
+    audit_ignored(ask, "invalid", actor, surface)
+    return ClickResult("rejected", ask, "invalid", notice=str(refused), field=refused.field)
 
 
 def _click_result(
@@ -261,10 +287,9 @@ def dingtalk_panel_answer(*, username: str, ask_id: str, action: str, form: Any)
 
     The panel answers only for its signed-in user: the respondent whose id is the session's user
     (``selectors.panel_identity``) — on an ordinary card the asker, in a targeted collection only
-    if they are one of its targets. The form is checked by the tool (``check_form``: what the
-    card's form would refuse is refused, nothing changes); then it is the card's click
-    (``dingtalk_click``): the first answer wins across card and panel, a collection closes when
-    its last respondent responds.
+    if they are one of its targets. Then it is the card's click (``dingtalk_click``), checked by
+    the same rule (what the card's form would refuse is refused, nothing changes): the first
+    answer wins across card and panel, a collection closes when its last respondent responds.
     """
     ask = selectors.panel_ask(username=username, ask_id=ask_id)
     if ask is None or ask.tool != dingtalk_tool.NAME or "web" not in ask.surfaces:
@@ -272,30 +297,19 @@ def dingtalk_panel_answer(*, username: str, ask_id: str, action: str, form: Any)
     if action not in ("submit", "cancel"):
         return PanelAnswer(False, ask, "invalid: 未知的操作，应为提交或取消。")
     row = selectors.panel_respondent(ask)
-    actor = f"respondent:{selectors.panel_identity(ask.session)}"
     if row is None:
-        audit_ignored(ask, "not_respondent", actor, WEB_SURFACE)
+        audit_ignored(ask, "not_respondent", f"respondent:{selectors.panel_identity(ask.session)}", WEB_SURFACE)
         return PanelAnswer(False, ask, "not_respondent")
-    checked: dict[str, Any] = {}
     if action == "submit":
         try:
-            checked = dingtalk_tool.TOOL.check_form(ask.fields or [], form)
-            jsonlimits.check_text(checked, "form")
-        except dingtalk_tool.FormRefused as exc:
-            # As on the card: a closed ask, or a respondent who already responded, is told so
-            # whatever was sent.
-            if ask.status != Ask.Status.PENDING:
-                audit_ignored(ask, "closed/invalid", actor, WEB_SURFACE)
-                return PanelAnswer(False, ask, "not_pending")
-            if row.status != Respondent.Status.PENDING:
-                audit_ignored(ask, "again/invalid", actor, WEB_SURFACE)
-                return PanelAnswer(False, ask, "already", respondent=row)
-            audit_ignored(ask, "invalid", actor, WEB_SURFACE)
-            return PanelAnswer(False, ask, f"invalid: {exc}", exc.field)
-        except ValueError as exc:  # JSONRefused: text the database would refuse
+            jsonlimits.check_text(form, "form")
+        except jsonlimits.JSONRefused as exc:  # text the database would refuse
             return PanelAnswer(False, ask, f"invalid: {exc}")
-    click = dingtalk_click(ask=ask, user_id=row.respondent_id, action=action, form=checked, surface=WEB_SURFACE)
+    click = dingtalk_click(ask=ask, user_id=row.respondent_id, action=action, form=form if action == "submit" else {},
+                           surface=WEB_SURFACE)
     if click.kind in ("recorded", "duplicate"):
         return PanelAnswer(True, click.ask, respondent=click.respondent)
+    if click.reason == "invalid":
+        return PanelAnswer(False, click.ask, f"invalid: {click.notice}", click.field)
     return PanelAnswer(False, click.ask, "already" if click.reason == "already" else "not_pending",
                        respondent=click.respondent)

@@ -14,6 +14,25 @@ if TYPE_CHECKING:
     from askcards.models import Ask, Session
 
 
+# What a card or a list shows of a person's long answer is cut to fit and ends with this mark; the
+# answer itself is stored and delivered whole.
+SHORTENED_MARK = "…（已截断，完整回答已送达）"
+
+
+def shortened(text: str, *, max_bytes: int | None = None, max_chars: int | None = None,
+              mark: str = SHORTENED_MARK) -> str:
+    """``text`` when it is within ``max_chars`` characters and ``max_bytes`` bytes of UTF-8 (each
+    when given); else its beginning and ``mark``, together within both."""
+    size = len(text.encode("utf-8", "surrogatepass")) if max_bytes is not None else 0
+    if (max_chars is None or len(text) <= max_chars) and (max_bytes is None or size <= max_bytes):
+        return text
+    head = text if max_chars is None else text[:max(max_chars - len(mark), 0)]
+    if max_bytes is not None:
+        room = max(max_bytes - len(mark.encode("utf-8")), 0)
+        head = head.encode("utf-8", "surrogatepass")[:room].decode("utf-8", "ignore")  # no half character
+    return head + mark
+
+
 class DeliveryFailed(Exception):
     """A surface could not put the ask in front of the person."""
 

@@ -20,7 +20,7 @@ from askcards.db import statements
 from askcards.models import Ask, PanelPresence, Respondent, Session
 from askcards.tools import dingtalk_ask_user_question as dt
 
-from .base import Surface
+from .base import Surface, shortened
 
 logger = logging.getLogger(__name__)
 
@@ -133,6 +133,9 @@ def cancelled_message(ask: Ask) -> dict[str, str]:
 
 
 RESPONDED = (Respondent.Status.SUBMITTED, Respondent.Status.EMPTY, Respondent.Status.CANCELLED)
+# The history (最近回答) is a reminder, sent whole on every connect: each answer in it is cut to
+# this many characters (the agent and the admin have it whole).
+HISTORY_ANSWER_CHARS = 500
 
 
 def history_item(ask: Ask) -> dict[str, Any]:
@@ -157,7 +160,8 @@ def history_item(ask: Ask) -> dict[str, Any]:
         "surface": row.surface if row is not None else "",
         "closedAt": ask.closed_at.isoformat() if ask.closed_at else None,
         "purged": ask.answers_purged_at is not None,
-        "answers": _row_answers(ask, row) if row is not None else [],
+        "answers": [{**item, "answer": shortened(str(item.get("answer", "")), max_chars=HISTORY_ANSWER_CHARS)}
+                    for item in _row_answers(ask, row)] if row is not None else [],
     }
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from . import ask_user_questions, dingtalk_ask_user_question
 from .base import (
+    ANSWER_MAX_CHARS,
+    ANSWER_TEXT_MAX_CHARS,
     ERROR_TEXTS,
     ActionRequest,
     AskRequest,
@@ -19,7 +21,8 @@ from .base import (
 )
 
 __all__ = [
-    "ERROR_TEXTS", "PLATFORM_TOOLS", "REGISTRY", "ActionRequest", "AskRequest", "Closing", "Response", "Tool",
+    "ANSWER_MAX_CHARS", "ANSWER_TEXT_MAX_CHARS", "ERROR_TEXTS", "PLATFORM_TOOLS", "REGISTRY", "ActionRequest",
+    "AskRequest", "Closing", "Response", "Tool",
     "ToolInputError", "ask_user_questions", "dingtalk_ask_user_question", "dumps", "error_result", "get", "tools_for",
 ]
 

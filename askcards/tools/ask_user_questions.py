@@ -4,13 +4,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .base import AskRequest, Tool, ToolInputError
+from .base import ANSWER_MAX_CHARS, ANSWER_TEXT_MAX_CHARS, AskRequest, Tool, ToolInputError
 
 NAME = "ask_user_questions"
-# The longest "other" text a person may answer, on every surface: Feishu's input max_length
-# (1–1000, reference feishu §1.4), so an answer given on the panel still fits the card that shows
-# the same ask, and the result the agent reads stays a few KB.
-CUSTOM_MAX_CHARS = 1000
 
 DESCRIPTION = (
     "Ask the user 1-4 multiple-choice questions and wait for the answers. Use it when you need the "
@@ -100,11 +96,13 @@ def normalise_answers(questions: Sequence[Mapping[str, Any]], answers: Any) -> l
     ``answers`` is one entry per question, in order: ``{"selectedLabels": [...], "customInput": str|None}``
     (``question`` may be present and must then match). Labels keep the order given, duplicates
     dropped. Single select: non-blank custom text wins and clears the labels. Multi select: both are
-    kept. A question with neither is not an answer.
+    kept. A question with neither is not an answer. Other text: at most ``ANSWER_TEXT_MAX_CHARS``
+    characters each and ``ANSWER_MAX_CHARS`` together, on every surface.
     """
     if not isinstance(answers, list) or len(answers) != len(questions):
         raise ValueError(f"expected {len(questions)} answers, one per question")
     result = []
+    written = 0  # characters of other text, against ANSWER_MAX_CHARS
     for index, (question, answer) in enumerate(zip(questions, answers)):
         if not isinstance(answer, dict):
             raise ValueError(f"answer {index} must be an object")
@@ -116,8 +114,11 @@ def normalise_answers(questions: Sequence[Mapping[str, Any]], answers: Any) -> l
             raise ValueError(f"answer {index}: selectedLabels must be a list of option labels")
         if custom is not None and not isinstance(custom, str):
             raise ValueError(f"answer {index}: customInput must be a string or null")
-        if custom is not None and len(custom) > CUSTOM_MAX_CHARS:
-            raise ValueError(f"answer {index}: customInput is longer than {CUSTOM_MAX_CHARS} characters")
+        if custom is not None and len(custom) > ANSWER_TEXT_MAX_CHARS:
+            raise ValueError(f"answer {index}: customInput is longer than {ANSWER_TEXT_MAX_CHARS} characters")
+        written += len(custom or "")
+        if written > ANSWER_MAX_CHARS:
+            raise ValueError(f"the answers' other texts are longer than {ANSWER_MAX_CHARS} characters in all")
         known = [option["label"] for option in question["options"]]
         unknown = [label for label in labels if label not in known]
         if unknown:

@@ -42,6 +42,16 @@ ERROR_TEXTS = {
 }
 
 
+# How long a person's answer may be, on every surface (README "Lengths"): each free-text value (an
+# "其他" text, a DingTalk form field's text, one TEXT_ARRAY item) at most ANSWER_TEXT_MAX_CHARS
+# characters, and the free text of one submission at most ANSWER_MAX_CHARS in all. Figures no one
+# writing a long answer reaches (10,000 characters is about five pages of Chinese), delivered to
+# the agent whole; a 50-person collection stays a few MB at worst. What a card or list shows of an
+# answer is shortened there, never the answer.
+ANSWER_TEXT_MAX_CHARS = 10_000
+ANSWER_MAX_CHARS = 20_000
+
+
 class ToolInputError(ValueError):
     """The model's arguments are invalid; ``str(error)`` is what the model reads."""
 

@@ -215,8 +215,6 @@ REFUSED = [
     ("drink", "z", "「饮料」的选项不在可选范围内。"),
     ("fruit", "a", "「水果」应为选项列表。"),
     ("fruit", ["a", "z"], "「水果」的选项不在可选范围内。"),
-    ("trace", "forged", "「追踪」不可修改。"),
-    ("team", "别的组", "「团队」不可修改。"),
     ("code", None, "请填写「代号」。"),
     ("code", "   ", "请填写「代号」。"),
     ("count", None, "人数必须填写"),
@@ -244,15 +242,28 @@ async def test_a_form_the_card_would_refuse_is_refused_and_changes_nothing(world
     await panel.disconnect()
 
 
-async def test_fields_the_form_does_not_have_are_refused(world):
+async def test_a_form_that_is_not_an_object_is_refused(world):
     panel = await _panel(world["alice"])
     ask = await _form(world)
     await panel.receive_json_from(timeout=5)
-    ack = await _submit(panel, ask.id, {**VALID, "extra": "x"})
-    assert ack["error"] == "invalid: 表单中有此问题没有的字段，请刷新页面后重试。"
     ack = await _submit(panel, ask.id, ["not", "an", "object"])
     assert ack["error"].startswith("invalid: 表单格式不正确")
     assert (await _state(ask.id))[0].status == "pending"
+    await panel.disconnect()
+
+
+async def test_unknown_fields_are_dropped_and_hidden_or_read_only_ones_keep_their_defaults(world):
+    # The card's rule (tests/security/test_dingtalk_forms.py has each on both card transports).
+    panel = await _panel(world["alice"])
+    ask = await _form(world)
+    await panel.receive_json_from(timeout=5)
+    ack = await _submit(panel, ask.id, {**VALID, "extra": "x", "trace": "forged", "team": "别的组"})
+    assert ack["ok"], ack
+    answers = {item["question"]: item["answer"] for item in ack["answers"]}
+    assert (answers["追踪"], answers["团队"], "extra" in answers) == ("t-1", "平台组", False)
+    closed = await database_sync_to_async(AskEvent.objects.get)(ask_id=ask.id, kind="closed")
+    assert closed.detail == {"reason": "submitted", "dropped_fields": ["extra"], "dropped_fields_count": 1,
+                             "kept_defaults": ["trace", "team"], "kept_defaults_count": 2}
     await panel.disconnect()
 
 

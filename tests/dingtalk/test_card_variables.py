@@ -5,7 +5,17 @@ import json
 
 import pytest
 
-from askcards.surfaces.dingtalk.cards import CardState, card_variables, changed_variables, terminal_variables
+from askcards.surfaces.base import SHORTENED_MARK
+from askcards.surfaces.dingtalk.cards import (
+    VALUE_MAX_BYTES,
+    CardState,
+    card_variables,
+    changed_variables,
+    notice,
+    respondent_view,
+    terminal_variables,
+    values_json,
+)
 from askcards.tools.dingtalk_ask_user_question import Submission
 
 FIELDS = [{"name": "answer_0", "label": "环境", "type": "CHECKBOX_GROUP", "required": True,
@@ -148,3 +158,53 @@ def test_nothing_pushed_yet_means_every_variable_changes():
 def test_unknown_reason_is_an_error():
     with pytest.raises(ValueError, match="no card texts"):
         card_variables(ordinary(reason="exploded"))
+
+
+# -- what a card shows of a long answer (DingTalk allows about 1 KB per value) -----------------
+
+
+def _fits(value: str) -> bool:
+    return len(value.encode("utf-8")) <= VALUE_MAX_BYTES
+
+
+def test_a_long_answer_is_shown_shortened_within_each_values_budget():
+    long = "第一行\n" + "长" * 5000
+    variables = terminal_variables("submitted", submission=Submission([{"question": "说明", "answer": long}], [long]))
+    assert all(_fits(value) for value in variables.values())
+    assert variables["question_desc"].startswith("已选择：第一行\n长") and variables["question_desc"].endswith(
+        SHORTENED_MARK + "。")
+    assert variables["selected_text"].endswith(SHORTENED_MARK) and long.startswith(
+        variables["selected_text"][:-len(SHORTENED_MARK)])
+    assert json.loads(variables["selected_values"])[0].endswith("…")
+
+
+def test_an_answer_that_fits_is_shown_as_it_is():
+    variables = terminal_variables("submitted", submission=Submission([{"question": "说明", "answer": "好"}], ["好"]))
+    assert (variables["question_desc"], variables["selected_text"], variables["selected_values"]) == (
+        "已选择：好。", "好", '["好"]')
+
+
+@pytest.mark.parametrize("values", [
+    ["短", "长" * 2000, "也短"],  # one long value: only it is cut
+    ["长" * 400] * 5,  # several long ones: each cut alike
+    ["项"] * 400,  # more values than fit even cut to nothing: the list ends early with "…"
+    ["a\"\\\n" * 300],  # characters JSON escapes count as they are sent
+])
+def test_selected_values_is_json_within_the_budget_keeping_short_values_whole(values):
+    shown = json.loads(values_json(values))
+    assert _fits(values_json(values)) and isinstance(shown, list)
+    kept = [value for value in shown if value != "…"]
+    assert all(value == original or (value.endswith("…") and original.startswith(value[:-1]))
+               for value, original in zip(kept, values))
+    if len(values) == 3:
+        assert (shown[0], shown[2]) == ("短", "也短")
+    if len(values) == 400:
+        assert 0 < len(shown) < 400 and shown[-1] == "…"
+
+
+def test_a_respondents_own_view_and_the_notice_stay_within_budget():
+    view = respondent_view("submitted", Submission([{"question": "说明", "answer": "长" * 3000}], ["长" * 3000]))
+    assert _fits(view["question_desc"]) and view["question_desc"].startswith("你已提交：长")
+    assert notice("invalid", "「" + "很长的标签" * 200 + "」应为文本。").startswith("提交未被记录：「很长的标签")
+    assert _fits(notice("invalid", "「" + "很长的标签" * 200 + "」应为文本。"))
+    assert (notice("", ""), notice("closed")) == ("", "问题已失效，提交未被记录。")

@@ -210,9 +210,23 @@ def test_selected_text_joins_answers_in_field_order():
 
 
 def test_a_forged_value_equal_to_the_default_only_in_python_is_not_the_default():
-    from askcards.tools.dingtalk_ask_user_question.request import submission_problem
+    from askcards.tools.dingtalk_ask_user_question import FormRefused, check_form
 
     switch = [{"name": "spicy", "label": "要辣", "type": "SWITCH", "defaultValue": True}]
     # 1 == True in Python, but the card sends JSON booleans: 1 is a wrong type, not the default.
-    assert submission_problem(switch, {"spicy": 1}) == "field 'spicy' (SWITCH): expected true or false"
-    assert submission_problem(switch, {"spicy": True}) == ""
+    with pytest.raises(FormRefused, match="「要辣」应为是或否。"):
+        check_form(switch, {"spicy": 1})
+    assert check_form(switch, {"spicy": True}).form == {"spicy": True}
+
+
+def test_dropped_fields_are_audited_by_name_only_and_the_list_is_bounded():
+    from askcards.tools.dingtalk_ask_user_question import check_form
+
+    fields = [{"name": "a", "label": "甲", "type": "TEXT"}]
+    sent = {"a": "x", **{f"k{i:02d}" + "x" * 100: "secret value" for i in range(30)}}
+    checked = check_form(fields, sent)
+    detail = checked.audit_detail()
+    assert checked.form == {"a": "x"}
+    assert detail["dropped_fields_count"] == 30 and len(detail["dropped_fields"]) == 20
+    assert all(len(name) == 64 for name in detail["dropped_fields"]) and "secret" not in str(detail)
+    assert check_form(fields, {"a": "x"}).audit_detail() == {}

@@ -7,7 +7,8 @@ saved to ``tests/artifacts/panel-answered.png`` (and the filled form to ``panel-
 
 A DingTalk form (several field types, defaults, required, a hidden field) of a session naming
 alice as its granted web user is answered in the page, with the card delivered to a fake DingTalk
-server as well; the agent reads the answer as the ask's message, and the page's history keeps it.
+server as well; the agent reads the answer as the ask's message (a 1,234-character, 600-line note
+whole), the card's update shows it shortened, and the page's history keeps it (shortened too).
 Screenshots: ``panel-dingtalk-form.png`` (filled in, committed) and ``panel-dingtalk-history.png``.
 """
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import json
 import shutil
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -147,6 +149,8 @@ def test_person_answers_in_the_browser_and_the_agent_gets_it(service, browser_pa
     platforms.get_by_role("checkbox", name="Feishu").check()
     platforms.get_by_role("checkbox", name="Web").check()
     platforms.get_by_label("其他（可选）").fill("  WeCom later  ")
+    # The box holds as much as the server accepts of one answer (tools.ANSWER_TEXT_MAX_CHARS).
+    assert platforms.get_by_label("其他（可选）").get_attribute("maxlength") == "10000"
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "panel-question.png"), full_page=True)
     second.get_by_role("button", name="提交").click()
@@ -184,6 +188,8 @@ services.bot_add(platform="dingtalk", app_id={app_id!r}, app_secret={secret!r}, 
 call_command("askcards_agent", "create", "lunch-bot", "--grant", "alice", "--bot", {app_id!r}, "--json")
 """
 
+LONG_NOTE = "\n".join(["这一行稍长些"] * 7 + ["短"] * 593)  # 1,234 characters, 600 lines
+MARK = "…（已截断，完整回答已送达）"
 LUNCH = [{"value": "rice", "text": "米饭"}, {"value": "noodles", "text": "面条"}, {"value": "dumplings", "text": "饺子"}]
 FORM_FIELDS = [
     {"name": "code", "label": "代号", "type": "TEXT", "required": True, "placeholder": "例如 DM-1"},
@@ -277,6 +283,7 @@ def test_person_answers_a_dingtalk_form_in_the_browser_and_the_agent_gets_it(din
     tags.get_by_label("忌口 第 2 项").fill("花生")
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "panel-dingtalk-form.png"), full_page=True)
+    section.get_by_label("备注").fill(LONG_NOTE)  # a long answer, as a person writes one
     section.get_by_role("button", name="提交").click()
     section.get_by_text("你已提交。").wait_for()
     assert section.locator(".summary dt").all_inner_texts()[:3] == ["代号", "人数", "主食"]
@@ -289,15 +296,27 @@ def test_person_answers_a_dingtalk_form_in_the_browser_and_the_agent_gets_it(din
     assert message.startswith("用户回答了交互卡片:\n")
     for line in ("  - 代号: DM-7", "  - 人数: 12", "  - 主食: 饺子", "  - 配菜: 米饭, 面条", "  - 饮料: 茶",
                  "  - 日期: 2026-12-04", "  - 时间: 12:30", "  - 要辣: false", "  - 忌口: 香菜, 花生",
-                 "  - 备注: 无", "  - 追踪: t-42"):
+                 "  - 追踪: t-42"):
         assert line in message.split("\n"), (line, message)
+    assert f"  - 备注: {LONG_NOTE}\n" in message  # whole, every line of it
     closed = [e for e in requests.get(f"{base}/api/v1/events?after=0", headers=headers, timeout=10).json()["events"]
               if e["type"] == "ask.closed"]
     assert [e["data"]["ask"]["result"]["message"] for e in closed] == [message]
 
-    # The history keeps it with the answers; a reload shows it again, and nothing pending.
+    # The card shows it shortened to DingTalk's ~1 KB per value (the worker's PUT).
+    card = next(iter(fake.cards.values()))
+    deadline = time.monotonic() + 10
+    while card.params.get("card_status") != "submitted" and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert card.params["card_status"] == "submitted"
+    assert all(len(value.encode()) <= 1000 for value in card.updates[-1].values())
+    assert card.params["selected_text"].endswith(MARK)
+
+    # The history keeps it with the answers (the long one shortened); a reload shows it again,
+    # and nothing pending.
     history = page.locator(f'#history-list [data-history-id="{ask_id}"]')
     history.get_by_text("已回答（网页）").wait_for()
+    assert any(text.endswith(MARK) for text in history.locator("dd").all_inner_texts())
     page.reload()
     page.locator('#connection[data-state="open"]').wait_for()
     assert page.locator("section.ask").count() == 0

@@ -205,7 +205,7 @@ def test_legacy_unprefixed_keys_are_accepted():
         ({"q0_0": 2.5}, "question 1 \\(q0_0\\) holds '2.5'"),
         ({"q0_0": True}, "not an option value"),
         ({"c0_0": ["text"]}, "other text \\(c0_0\\) must be text"),
-        ({"c0_0": "x" * 1001}, "longer than the 1000 characters"),
+        ({"c0_0": "x" * 10_001}, "longer than 10000 characters"),
     ],
 )
 def test_values_the_form_cannot_produce_are_malformed(form_value, message):

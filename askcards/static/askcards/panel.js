@@ -46,6 +46,8 @@
   const RETRY_MAX_MS = 15000;
 
   const list = document.getElementById("asks");
+  // The longest text one box may hold: the server's bound per value (tools.ANSWER_TEXT_MAX_CHARS).
+  const TEXT_MAX = list.dataset.textMaxChars;
   const empty = document.getElementById("empty");
   const connection = document.getElementById("connection");
   const announce = document.getElementById("announce");
@@ -141,7 +143,8 @@
     const other = el("div", { class: "other" });
     other.append(
       el("label", { for: `${prefix}-other` }, "其他（可选）"),
-      el("input", { type: "text", id: `${prefix}-other`, name: `${prefix}-other`, maxlength: "1000", autocomplete: "off" }),
+      // A text area: an answer in one's own words may run to several lines.
+      el("textarea", { id: `${prefix}-other`, name: `${prefix}-other`, rows: "1", maxlength: TEXT_MAX, autocomplete: "off" }),
     );
     fieldset.append(other);
     const error = el("p", { class: "error", id: `${prefix}-error` });
@@ -287,7 +290,7 @@
         count += 1;
         const row = el("div", { class: "item" });
         const input = el("input", {
-          type: "text", maxlength: "1000", autocomplete: "off", "aria-label": `${field.label || field.name} 第 ${count} 项`,
+          type: "text", maxlength: TEXT_MAX, autocomplete: "off", "aria-label": `${field.label || field.name} 第 ${count} 项`,
           placeholder: field.placeholder, disabled: readOnly,
         });
         input.value = value || "";
@@ -313,7 +316,7 @@
       };
       let input;
       if (type === "TEXT_AREA") {
-        input = el("textarea", { ...common, rows: String(field.minRows || 3), maxlength: "10000" });
+        input = el("textarea", { ...common, rows: String(field.minRows || 3), maxlength: TEXT_MAX });
       } else if (type === "NUMBER") {
         input = el("input", { ...common, type: "number", step: "any", inputmode: "decimal" });
       } else if (type === "DATE") {
@@ -323,7 +326,7 @@
       } else if (type === "DATETIME") {
         input = el("input", { ...common, type: "datetime-local", step: "60" });
       } else {
-        input = el("input", { ...common, type: "text", maxlength: "1000" }); // TEXT and unknown types
+        input = el("input", { ...common, type: "text", maxlength: TEXT_MAX }); // TEXT and unknown types
       }
       if (def !== undefined && def !== null) input.value = type === "DATETIME" ? String(def).replace(" ", "T") : String(def);
       read = () => {
@@ -410,7 +413,7 @@
   function readQuestion(fieldset) {
     // The Feishu rule: a question is answered by a selection or text in the other box.
     const selected = [...fieldset.querySelectorAll(".option input:checked")].map((input) => input.value);
-    const custom = fieldset.querySelector(".other input").value.trim();
+    const custom = fieldset.querySelector(".other textarea").value.trim();
     return { selected, custom, valid: selected.length > 0 || custom !== "" };
   }
 

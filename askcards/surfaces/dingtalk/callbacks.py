@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from askcards import jsonlimits
-from askcards.tools.dingtalk_ask_user_question import as_text
 
 SIGNATURE_HEADER = "x-ddpaas-signature"
 TIMESTAMP_HEADER = "x-ddpaas-signature-timestamp"
@@ -30,13 +29,10 @@ TIMESTAMP_HEADER = "x-ddpaas-signature-timestamp"
 # project/settings.py ASKCARDS_DINGTALK_CALLBACK_SKEW_SECONDS says why.
 DEFAULT_MAX_SKEW_SECONDS = 300
 MAX_PAYLOAD_BYTES = 1024 * 1024
-# Free text a person can submit in one form field. DingTalk documents 1 KB per card variable
-# (platform §3.6) and the answer comes back into ``selected_text`` / ``question_desc``; its own
-# form example is 3.2 KB, so the figure is a budget, not a hard cap. 1000 characters per value
-# (the same as Feishu's input max_length) and 4000 for the whole form keep the card update a few
-# KB: a 900 KB answer made the card update fail with HTTP 413, after the ask was already closed.
-MAX_VALUE_CHARS = 1000
-MAX_FORM_CHARS = 4000
+# What a person wrote is not bounded here: a callback that cannot be read is a 400, which DingTalk
+# shows the person as a generic failure, losing their answer. The answer's lengths are checked
+# with the rest of the form (the tool's ``check_form``, the panel's rule too) and a refusal is
+# told on the card; what the card shows of a long answer is shortened there (``cards``).
 # Ids are short (outTrackId ≤ 100 characters, platform §3.6; staff ids a few dozen); 200 is the
 # narrowest column a user id reaches ("respondent:<userId>" in AskEvent.actor).
 MAX_ID_CHARS = 200
@@ -111,7 +107,7 @@ def replay_key(timestamp: str, signature: str) -> str:
 
 def parse_callback(payload: Any) -> CardCallback:
     """Read one card callback (bytes, str or an already decoded object). Raises MalformedCallback,
-    also for text no database stores (NUL, lone surrogates; object keys too) and over-long values."""
+    also for text no database stores (NUL, lone surrogates; object keys too) and over-long ids."""
     body = _as_object(_decode(payload), "callback body")
     if not isinstance(payload, (bytes, bytearray, str)):  # text was checked by the loader
         _check_text(body, "callback body")
@@ -152,7 +148,6 @@ def parse_callback(payload: Any) -> CardCallback:
     for name, text in (("outTrackId", out_track_id), ("userId", user_id), ("actionIds[0]", action_id)):
         if len(text) > MAX_ID_CHARS:
             raise MalformedCallback(f"{name} is longer than {MAX_ID_CHARS} characters", out_track_id=out_track_id[:MAX_ID_CHARS])
-    _check_lengths(form, out_track_id)
     return CardCallback(out_track_id, question_id, user_id, action, form)
 
 
@@ -175,23 +170,6 @@ def _check_text(value: Any, what: str) -> None:
         jsonlimits.check_text(value, what)
     except jsonlimits.JSONRefused as exc:
         raise MalformedCallback(str(exc)) from None
-
-
-def _check_lengths(form: dict[str, Any], out_track_id: str) -> None:
-    """Refuse a submit whose free text is longer than the card can show (MAX_VALUE_CHARS)."""
-    total = 0
-    for name, value in form.items():
-        values = value if isinstance(value, list) else [value]
-        for item in values:
-            if isinstance(item, dict) and "value" in item:  # SELECT / MULTI_SELECT send {index, value}
-                item = item["value"]
-            text = as_text(item)  # as the card shows it
-            if len(text) > MAX_VALUE_CHARS:
-                raise MalformedCallback(f"the answer to field {str(name)[:64]!r} is longer than {MAX_VALUE_CHARS} characters",
-                                        out_track_id=out_track_id)
-            total += len(text)
-    if total > MAX_FORM_CHARS:
-        raise MalformedCallback(f"the answers are longer than {MAX_FORM_CHARS} characters in all", out_track_id=out_track_id)
 
 
 def _as_object(value: Any, what: str, *, optional: bool = False) -> dict[str, Any]:

@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from askcards.surfaces.base import shortened
 from askcards.tools import dumps
 from askcards.tools.dingtalk_ask_user_question import DEFAULT_TIMEOUT_MINUTES, Submission
 
@@ -18,6 +19,14 @@ from askcards.tools.dingtalk_ask_user_question import DEFAULT_TIMEOUT_MINUTES, S
 TEMPLATE_ID = "c2a6355b-9724-4f7e-9653-d33fcb3311bb.schema"
 
 SUBMIT_BADGE = "提交"
+SELECTED_DESC = "已选择：{selected}。"
+
+# DingTalk documents at most 1 KB per card value, public and private (platform §3.6; its own form
+# example is larger, so it is a budget, not a hard cap — and the form variable is not cut). What a
+# card shows of a person's answer (selected_text, selected_values, question_desc, a respondent's
+# own view) and the clicker's notice are cut to this; the answer itself reaches the agent whole.
+# A 900 KB answer once made the card update fail with HTTP 413.
+VALUE_MAX_BYTES = 1000
 # Reference: "…收齐即结束，重启将终止收集。" askcards keeps collections across restarts (SPEC §5.5,
 # §6.2), so the card does not claim that a restart ends the collection.
 TARGETED_SUFFIX = "\n由 {initiator} 发起；仅指定填写人可提交。结果返回发起会话，{minutes} 分钟后截止；收齐即结束。"
@@ -64,10 +73,70 @@ NOTICES = {
     "no_identity": "无法确认你的身份，提交未被记录。",
     "already": "你已回应过本次收集，以第一次回应为准。",
     "closed": "问题已失效，提交未被记录。",
-    # askcards' own text (the reference lets such values through): a choice not among the options
-    # or a value of the wrong type for its field.
-    "invalid": "提交的内容与表单不符，提交未被记录，请重新填写。",
 }
+# askcards' own text (the reference lets such submits through): what the card's form would have
+# refused — a required field left empty, an impossible date, a choice not among the options, an
+# answer over the length bound — in the words the panel uses (the tool's FormRefused text).
+REFUSED_NOTICE = "提交未被记录：{why}"
+
+
+def notice(reason: str, refused: str = "") -> str:
+    """The clicker's private ``user_notice`` for a click that did not count (``reason``), "" when
+    it counted; ``refused`` is what the person reads about an ``invalid`` submit."""
+    if not reason:
+        return ""
+    if reason == "invalid":
+        room = VALUE_MAX_BYTES - len(REFUSED_NOTICE.format(why="").encode("utf-8"))
+        return REFUSED_NOTICE.format(why=shortened(refused, max_bytes=room, mark="…"))
+    return NOTICES[reason]
+
+
+def with_answer(template: str, selected: str) -> str:
+    """``template`` with a person's answers in ``{selected}``, the answers cut to fit one card value."""
+    room = VALUE_MAX_BYTES - len(template.format(selected="").encode("utf-8"))
+    return template.format(selected=shortened(selected, max_bytes=room))
+
+
+def values_json(values: list[str]) -> str:
+    """``selected_values``: the submitted values as a JSON array within one card value; when the
+    whole list does not fit, every value longer than the longest length that fits is cut (and, if
+    even that is too long, the list ends early with "…"). Always valid JSON."""
+    whole = dumps(values)
+    if _size(whole) <= VALUE_MAX_BYTES:
+        return whole
+
+    def capped(cap: int) -> list[str]:
+        return [value if len(value) <= cap else value[:cap] + "…" for value in values]
+
+    low, high = 0, max(len(value) for value in values)  # capped(high) is the whole list: too long
+    while low < high:  # the longest cap that fits, if any
+        middle = (low + high + 1) // 2
+        if _size(dumps(capped(middle))) <= VALUE_MAX_BYTES:
+            low = middle
+        else:
+            high = middle - 1
+    cut = capped(low)
+    if _size(dumps(cut)) <= VALUE_MAX_BYTES:
+        return dumps(cut)
+    low, high = 0, len(cut)  # the most leading values that fit before a closing "…"
+    while low < high:
+        middle = (low + high + 1) // 2
+        if _size(dumps([*cut[:middle], "…"])) <= VALUE_MAX_BYTES:
+            low = middle
+        else:
+            high = middle - 1
+    return dumps([*cut[:low], "…"])
+
+
+def _size(text: str) -> int:
+    return len(text.encode("utf-8"))
+
+
+def respondent_view(status: str, submission: Submission | None) -> dict[str, str]:
+    """A targeted respondent's own view of the card after responding (``RESPONDENT_VIEW``)."""
+    card_status, desc, badge = RESPONDENT_VIEW[status]
+    selected = submission.selected_text if submission else ""
+    return {"card_status": card_status, "question_desc": with_answer(desc, selected), "form_btn_text": badge}
 
 
 @dataclass(frozen=True)
@@ -128,9 +197,9 @@ def terminal_variables(reason: str, *, targeted: bool = False, total: int = 1,
     status, desc, badge = TERMINAL_CARD[reason]
     variables = {"card_status": status, "question_desc": desc, "form_btn_text": badge}
     if reason == "submitted" and submission is not None and not submission.empty and not targeted:
-        variables["question_desc"] = f"已选择：{submission.selected_text}。"
-        variables["selected_text"] = submission.selected_text
-        variables["selected_values"] = dumps(submission.values)
+        variables["question_desc"] = with_answer(SELECTED_DESC, submission.selected_text)
+        variables["selected_text"] = shortened(submission.selected_text, max_bytes=VALUE_MAX_BYTES)
+        variables["selected_values"] = values_json(submission.values)
     elif reason in ("submitted", "empty") and not targeted:
         variables["selected_text"] = ""
         variables["selected_values"] = "[]"

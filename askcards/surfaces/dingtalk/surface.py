@@ -261,13 +261,10 @@ def callback_response(outcome: Any) -> dict[str, Any]:
     ask = outcome.ask
     message = CardMessage.objects.filter(ask_id=ask.pk, platform=Bot.Platform.DINGTALK).first()
     desired = desired_variables(ask, message or CardMessage(card_reason=""))
-    private: dict[str, str] = {NOTICE: cards.NOTICES[outcome.reason] if outcome.reason else ""}
+    private: dict[str, str] = {NOTICE: cards.notice(outcome.reason, outcome.notice)}
     respondent = outcome.respondent
     if ask.target_type != Ask.Target.NONE and outcome.kind in ("recorded", "duplicate") and respondent is not None:
-        submission = submission_of(respondent)
-        status, desc, badge = cards.RESPONDENT_VIEW[respondent.status]
-        selected = submission.selected_text if submission else ""
-        private.update(card_status=status, question_desc=desc.format(selected=selected), form_btn_text=badge)
+        private.update(cards.respondent_view(respondent.status, submission_of(respondent)))
     reply: dict[str, Any] = {
         "cardUpdateOptions": {"updateCardDataByKey": True, "updatePrivateDataByKey": True},
         "userPrivateData": {"cardParamMap": private},

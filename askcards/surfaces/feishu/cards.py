@@ -13,12 +13,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from askcards.tools.ask_user_questions import CUSTOM_MAX_CHARS
-
 # Feishu rejects cards over 30 KB (230025) and the stored message can grow beyond the request
 # body (reference §1.4), so renders keep 2 KB of headroom.
 CARD_MAX_BYTES = 28 * 1024
 CARD_MAX_ELEMENTS = 200
+# The input component's own limit (1–1000, reference §1.4): a Feishu client sends no more. The
+# server accepts longer text from other surfaces (tools.ANSWER_TEXT_MAX_CHARS, the panel's bound).
+INPUT_MAX_CHARS = 1000
 
 # Agent-supplied text is cut so that even a worst-case ask (4 questions x 4 options, every
 # character escaped or 3 bytes of UTF-8) fits on a card by itself.
@@ -164,7 +165,7 @@ def _question_elements(n: int, i: int, question: Mapping[str, Any]) -> list[dict
             "name": f"c{n}_{i}",
             "width": "fill",
             "required": False,
-            "max_length": CUSTOM_MAX_CHARS,  # the server's limit too (normalise_answers)
+            "max_length": INPUT_MAX_CHARS,
             "placeholder": _plain(OTHER_PLACEHOLDER),
         },
     ]

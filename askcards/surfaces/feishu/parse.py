@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from askcards import jsonlimits
-from askcards.tools.ask_user_questions import CUSTOM_MAX_CHARS, normalise_answers
+from askcards.tools import ANSWER_TEXT_MAX_CHARS
+from askcards.tools.ask_user_questions import normalise_answers
 
 from .cards import ASK_KIND, PROGRESS_KIND
 from .security import MAX_BODY_BYTES, microseconds
@@ -186,8 +187,9 @@ def _custom(value: Any, where: str) -> str:
         return str(value)
     if not isinstance(value, str):
         raise MalformedCallback(f"{where} must be text")
-    if len(value) > CUSTOM_MAX_CHARS:
-        raise MalformedCallback(f"{where} is longer than the {CUSTOM_MAX_CHARS} characters the card allows")
+    # Feishu's input sends at most its max_length (1000); the server's bound is every surface's.
+    if len(value) > ANSWER_TEXT_MAX_CHARS:
+        raise MalformedCallback(f"{where} is longer than {ANSWER_TEXT_MAX_CHARS} characters")
     return value
 
 

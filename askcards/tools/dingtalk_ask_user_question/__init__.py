@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..base import AskRequest, Closing, Tool
-from .answers import FormRefused, check_form, default_of
+from .answers import CheckedForm, FormRefused, check_form, default_of
 from .request import (
     CancelRequest,
     CreateRequest,
@@ -24,7 +24,6 @@ from .request import (
     form_fields_from_fields,
     parse_request,
     read_submission,
-    submission_problem,
 )
 from .schema import DEFAULT_TIMEOUT_MINUTES, DESCRIPTION, INPUT_SCHEMA, NAME
 from .texts import (
@@ -49,10 +48,10 @@ from .texts import (
 __all__ = [
     "ACTIVATION_LOST_ERROR", "CANCEL_NOT_ALLOWED_ERROR", "COLLECTION_PROMPT", "COLLECTION_STATUS",
     "DEFAULT_TIMEOUT_MINUTES", "DESCRIPTION", "INPUT_SCHEMA", "NAME", "NO_CONTEXT_ERROR", "PENDING_MESSAGE",
-    "TIMEOUT_ERROR", "TOOL", "CancelRequest", "CreateRequest", "DingTalkAskUserQuestion", "FormRefused", "ListRequest",
-    "Submission", "answer_message", "as_text", "cancel_details", "check_form", "default_of", "collection_message", "collection_result",
+    "TIMEOUT_ERROR", "TOOL", "CancelRequest", "CheckedForm", "CreateRequest", "DingTalkAskUserQuestion", "FormRefused",
+    "ListRequest", "Submission", "answer_message", "as_text", "cancel_details", "check_form", "default_of", "collection_message", "collection_result",
     "delivery_error", "failed_details", "form_fields_from_fields", "list_details", "parse_request",
-    "pending_details", "read_submission", "submission_problem", "tool_result_text",
+    "pending_details", "read_submission", "tool_result_text",
 ]
 
 
@@ -101,9 +100,9 @@ class DingTalkAskUserQuestion(Tool):
     # ``check_answers`` stays the base's refusal: the seed's answer path (``ask_answer``) never
     # closes a form card; every answer to it goes through ``dingtalk_click``.
 
-    def check_form(self, form_fields: list[dict[str, Any]], form: Any) -> dict[str, Any]:
-        """A form answered outside DingTalk (the web panel), in the card's value shapes (field
-        name → value). Returns the form to record (``dingtalk_click`` reads it as the card's);
+    def check_form(self, form_fields: list[dict[str, Any]], form: Any) -> CheckedForm:
+        """A submitted form, from the card's callback or the web panel, in the card's value shapes
+        (field name → value): the form to record, with what was dropped or kept at its default;
         FormRefused, what the person reads, when the card's form could not have sent it."""
         return check_form(form_fields, form)
 

@@ -1,20 +1,33 @@
-"""How a form answered outside DingTalk (the web panel) is checked before it counts.
+"""How a submitted form is checked before it counts: one rule for the card's callback and the
+web panel (``check_form``).
 
-The card's own form component enforces what a field declares (``required``, ``readOnly``,
-``hidden``) in the DingTalk client, so a card callback only carries what the form lets through;
-``request.submission_problem`` guards the shapes. An answer from the panel comes from our page, so
-the server checks everything the card's form would have enforced: the same shapes and options
-(``value_problem``, the card's rule), required fields filled, read-only and hidden fields left at
-their defaults, dates and times in the card's formats, and only the form's own fields. The text of
-a refusal is what the person reads (Chinese, naming the field by its label, never the value).
+The card's form component enforces what a field declares (``required``, ``readOnly``, ``hidden``)
+in the DingTalk client, but a callback is only as good as its sender, and the panel is our own
+page: so the server checks everything the card's form would have enforced, whichever way the
+answer came — the value shapes and options (``value_problem``, reference §3), required fields
+filled, dates and times in the card's formats, and the lengths every surface shares
+(``ANSWER_TEXT_MAX_CHARS`` per value, ``ANSWER_MAX_CHARS`` per form). What fails is refused
+(``FormRefused``: Chinese, naming the field by its label, never the value) and changes nothing.
+
+Two things are not refused, because a person could not have caused them and refusing would only
+lose what they did write:
+
+- a hidden or read-only field sent with another value than its default: the person cannot edit
+  such a field (on the card or the panel), so what arrived there is not theirs — a client's echo
+  of the default in another shape, or a forged value. Its default is recorded, as the person saw
+  it, and the field is named in the audit row (``CheckedForm.kept_defaults``);
+- fields the form does not have: dropped, named in the audit row (``CheckedForm.unknown``), the
+  rest of the answer accepted.
 """
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any
 
-from .request import is_default, value_problem
+from ..base import ANSWER_MAX_CHARS, ANSWER_TEXT_MAX_CHARS
+from .request import as_text, is_default, value_problem
 from .schema import OPTION_TYPES
 
 
@@ -61,24 +74,50 @@ def is_blank(raw: Any) -> bool:
     return raw is None or raw == []
 
 
-def check_form(form_fields: list[dict[str, Any]], form: Any) -> dict[str, Any]:
-    """``form`` (field name → value, the card's value shapes) if the card's form could have sent
-    it: the form's own fields only, returned in field order; FormRefused otherwise."""
+# How many names of dropped or overridden fields an audit row lists (each cut to NAME_CHARS); the
+# count is always whole.
+AUDIT_NAMES = 20
+NAME_CHARS = 64
+
+
+@dataclass(frozen=True)
+class CheckedForm:
+    """A form as it is recorded: ``form`` (field name → value, in field order, the form's own
+    fields only); ``unknown``: names sent that the form does not have (dropped); ``kept_defaults``:
+    hidden or read-only fields sent with another value (their defaults recorded instead)."""
+
+    form: dict[str, Any]
+    unknown: tuple[str, ...] = ()
+    kept_defaults: tuple[str, ...] = ()
+
+    def audit_detail(self) -> dict[str, Any]:
+        """What the answer's audit row says about what was not taken as sent (names, never values)."""
+        detail: dict[str, Any] = {}
+        for key, names in (("dropped_fields", self.unknown), ("kept_defaults", self.kept_defaults)):
+            if names:
+                detail[key] = [name[:NAME_CHARS] for name in names[:AUDIT_NAMES]]
+                detail[f"{key}_count"] = len(names)
+        return detail
+
+
+def check_form(form_fields: list[dict[str, Any]], form: Any) -> CheckedForm:
+    """``form`` (field name → value, the card's value shapes) as it is recorded, if the card's
+    form could have sent it; FormRefused otherwise (see the module's docstring)."""
     if not isinstance(form, dict):
         raise FormRefused("表单格式不正确：应为“字段名 → 值”的对象。")
     names = {field["name"] for field in form_fields}
-    unknown = sorted(key for key in form if key not in names)
-    if unknown:
-        raise FormRefused("表单中有此问题没有的字段，请刷新页面后重试。")
+    unknown = tuple(sorted(str(key) for key in form if key not in names))
     checked: dict[str, Any] = {}
+    kept: list[str] = []
+    written = 0  # characters of free text, against ANSWER_MAX_CHARS
     for field in form_fields:
         name = field["name"]
         label = field.get("label") or name
         raw = form.get(name)
         default = default_of(field)
         if field.get("hidden") or field.get("readOnly"):
-            if name in form and not (raw is None and default is None) and not is_default(field, raw):
-                raise FormRefused(f"「{label}」不可修改。", name)
+            if not is_blank(raw) and not is_default(field, raw):  # left blank is not another value
+                kept.append(name)
             if default is not None:
                 checked[name] = default
             continue
@@ -92,8 +131,15 @@ def check_form(form_fields: list[dict[str, Any]], form: Any) -> dict[str, Any]:
                 raise FormRefused(f"「{label}」{_PROBLEMS.get(problem, '的值无效')}。", name)
             if field["type"] in _FORMATS and not _well_formed(field["type"], raw):
                 raise FormRefused(f"「{label}」{_FORMATS[field['type']][1]}。", name)
+            if field["type"] not in OPTION_TYPES:  # an option's value is the agent's, checked above
+                texts = [as_text(item) for item in (raw if isinstance(raw, list) else [raw])]
+                if any(len(text) > ANSWER_TEXT_MAX_CHARS for text in texts):
+                    raise FormRefused(f"「{label}」超过 {ANSWER_TEXT_MAX_CHARS} 字，请精简后再提交。", name)
+                written += sum(len(text) for text in texts)
+                if written > ANSWER_MAX_CHARS:
+                    raise FormRefused(f"回答合计超过 {ANSWER_MAX_CHARS} 字，请精简后再提交。", name)
         checked[name] = raw
-    return checked
+    return CheckedForm(checked, unknown, tuple(kept))
 
 
 def _required_text(field: dict[str, Any], label: str) -> str:

@@ -313,21 +313,6 @@ _CHOICE_OBJECT_TYPES = frozenset({"SELECT", "MULTI_SELECT"})  # sent as {index, 
 _MULTIPLE_CHOICE_TYPES = frozenset({"MULTI_SELECT", "MULTI_CHECKBOX_GROUP"})
 
 
-def submission_problem(form_fields: list[dict[str, Any]], form: dict[str, Any]) -> str:
-    """Why ``params.form`` is not something this card's form sends ("" when it is): a choice
-    that is not among its field's options, or a value of the wrong type for its field (the shapes
-    of reference §3). Absent, null and "" values are blanks, not problems; a field's own
-    ``defaultValue`` is always accepted. The text names the field, never the value."""
-    for field in form_fields:
-        raw = form.get(field["name"])
-        if raw is None or raw == "" or is_default(field, raw):
-            continue
-        problem = value_problem(field, raw)
-        if problem:
-            return f"field {field['name']!r} ({field['type']}): {problem}"
-    return ""
-
-
 def is_default(field: dict[str, Any], raw: Any) -> bool:
     """``raw`` is exactly the field's default, as JSON (``1`` is not the default ``true``)."""
     default = field.get("defaultValue", field.get("defautValue"))
@@ -341,6 +326,9 @@ def dumps_sorted(value: Any) -> str:
 
 
 def value_problem(field: dict[str, Any], raw: Any) -> str:
+    """Why ``raw`` is not a value the card's form sends for ``field`` ("" when it is): a value of
+    the wrong type for the field, or a choice that is not among its options (the shapes of
+    reference §3). Read by ``answers.check_form``, which maps the reason to what the person reads."""
     kind = field["type"]
     if kind in ("CHECKBOX", "SWITCH"):
         return "" if isinstance(raw, bool) else "expected true or false"
