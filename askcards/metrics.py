@@ -146,13 +146,20 @@ class DatabaseCollector(Collector):
         open_ = GaugeMetricFamily("askcards_asks_open", "Asks being delivered (reserved) or waiting (pending).",
                                   labels=["tool", "platform", "status"])
         made: dict[tuple[str, str], int] = {}
-        for row in selectors.metrics_asks():
-            tool, platform, status = row["tool"], row["session__platform"], row["status"]
-            made[(tool, platform)] = made.get((tool, platform), 0) + row["count"]
+        ended: dict[tuple[str, str, str, str], int] = {}
+        # Asks retention deleted still count as made and ended (counters never go down).
+        pruned = selectors.metrics_pruned()
+        asks = [(row["tool"], row["session__platform"], row["status"], row["reason"], row["count"])
+                for row in selectors.metrics_asks()]
+        asks += [(*labels, count) for labels, count in pruned["asks"] if len(labels) == 4]
+        for tool, platform, status, reason, count in asks:
+            made[(tool, platform)] = made.get((tool, platform), 0) + count
             if status in Ask.OPEN:
-                open_.add_metric([tool, platform, status], row["count"])
+                open_.add_metric([tool, platform, status], count)
             else:
-                closed.add_metric([tool, platform, status, row["reason"]], row["count"])
+                ended[(tool, platform, status, reason)] = ended.get((tool, platform, status, reason), 0) + count
+        for key, count in sorted(ended.items()):
+            closed.add_metric(list(key), count)
         for (tool, platform), count in sorted(made.items()):
             created.add_metric([tool, platform], count)
         yield from (created, closed, open_)
@@ -168,8 +175,13 @@ class DatabaseCollector(Collector):
 
         responses = CounterMetricFamily("askcards_responses", "People's answers, by tool, surface and status.",
                                         labels=["tool", "surface", "status"])
-        for row in selectors.metrics_responses():
-            responses.add_metric([row["ask__tool"], row["surface"], row["status"]], row["count"])
+        answered: dict[tuple[str, str, str], int] = {}
+        rows = [((row["ask__tool"], row["surface"], row["status"]), row["count"]) for row in selectors.metrics_responses()]
+        rows += [(tuple(labels), count) for labels, count in pruned["responses"] if len(labels) == 3]
+        for key, count in rows:
+            answered[key] = answered.get(key, 0) + count
+        for key, count in sorted(answered.items()):
+            responses.add_metric(list(key), count)
         yield responses
 
         ignored = CounterMetricFamily(

@@ -571,3 +571,25 @@ class CallbackReceipt(models.Model):
 
     def __str__(self) -> str:
         return f"{self.platform} {self.event_id}"
+
+
+class PrunedTally(models.Model):
+    """How many rows retention deleted, by the labels ``/metrics`` counts them with
+    (``services.retention.asks_prune``): the counters read from the database (asks created and
+    closed, responses) then never go down when old asks are pruned, so Prometheus never sees a
+    false counter reset. One row per metric and label set; a prune adds to it in the transaction
+    that deletes the rows."""
+
+    class Metric(models.TextChoices):
+        ASKS = "asks"  # labels: tool|platform|status|reason
+        RESPONSES = "responses"  # labels: tool|surface|status
+
+    metric = models.CharField(max_length=12, choices=Metric.choices)
+    labels = models.CharField(max_length=200, help_text="The label values, joined by '|'")
+    count = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["metric", "labels"], name="pruned_tally_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.metric} {self.labels}: {self.count}"

@@ -20,7 +20,7 @@ from rest_framework import serializers
 from . import crypto, tools
 from .db import statements
 from .errors import BotSecretsUnreadable, CallbackRefused, NotFound, Unauthenticated
-from .models import Agent, Ask, AskEvent, Bot, CardMessage, OutboxEvent, PanelPresence, Respondent, Session
+from .models import Agent, Ask, AskEvent, Bot, CardMessage, OutboxEvent, PanelPresence, PrunedTally, Respondent, Session
 from .tools.dingtalk_ask_user_question.schema import NAME as DINGTALK_TOOL
 
 
@@ -397,6 +397,15 @@ def metrics_asks() -> list[dict[str, Any]]:
     """Asks by tool, session platform, status and reason (open ones with reason "")."""
     rows = Ask.objects.order_by().values("tool", "session__platform", "status", "reason").annotate(count=models.Count("pk"))
     return [dict(row) for row in rows]
+
+
+def metrics_pruned() -> dict[str, list[tuple[list[str], int]]]:
+    """What retention deleted, by metric: (label values, count) to add to the database's own
+    counts, so ``/metrics``' counters never go down (``models.PrunedTally``)."""
+    tallies: dict[str, list[tuple[list[str], int]]] = {metric: [] for metric in PrunedTally.Metric.values}
+    for metric, labels, count in PrunedTally.objects.values_list("metric", "labels", "count"):
+        tallies.setdefault(metric, []).append((labels.split("|"), count))
+    return tallies
 
 
 def metrics_answer_times(bounds: tuple[float, ...]) -> list[dict[str, Any]]:

@@ -10,6 +10,7 @@ import asyncio
 import logging
 import threading
 from datetime import datetime, timedelta
+from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -21,7 +22,7 @@ from .surfaces import web
 
 logger = logging.getLogger(__name__)
 
-HOUSEKEEPING_EVERY = timedelta(minutes=1)  # answer purge, callback receipts, audit and outbox pruning, stale panels
+HOUSEKEEPING_EVERY = timedelta(minutes=1)  # answer purge, callback receipts, audit, outbox and ask pruning, stale panels
 # After a pass that pushed cards, the card-sync lane waits this long before the next: a burst of
 # clicks (each marking another card) is then pushed in batches, each pass's fixed queries shared
 # by many pushes, instead of a pass per click. The person who clicked already has the new card
@@ -46,7 +47,7 @@ class Worker:
     def __init__(self) -> None:
         self._last_housekeeping: datetime | None = None
         # Where each prune walk resumes on the next pass (services.retention).
-        self._prune_after: dict[str, int | None] = {"audit": None, "outbox": None, "receipts": None}
+        self._prune_after: dict[str, Any] = {"audit": None, "outbox": None, "receipts": None, "asks": None}
         self.lanes = (self.deadlines, self.deliveries, self.card_sync, self.housekeeping)
 
     # Each lane: one pass, returns the work it found. Connections are closed after every pass.
@@ -73,7 +74,8 @@ class Worker:
         self._last_housekeeping = now
         done = services.purge_answers(now=now) + web.presence_purge_stale()
         for kind, prune in (
-            ("audit", services.audit_prune), ("outbox", services.outbox_prune), ("receipts", services.receipts_prune)
+            ("audit", services.audit_prune), ("outbox", services.outbox_prune), ("receipts", services.receipts_prune),
+            ("asks", services.asks_prune),
         ):
             report = prune(now=now, after=self._prune_after[kind])
             self._prune_after[kind] = report.resume_after

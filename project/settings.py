@@ -328,6 +328,9 @@ ASKCARDS_ANSWER_RETENTION_DAYS = envint("ASKCARDS_ANSWER_RETENTION_DAYS", 7)
 # days ago, are pruned by the worker (0 keeps them forever). See askcards/services/retention.py.
 ASKCARDS_AUDIT_RETENTION_DAYS = envint("ASKCARDS_AUDIT_RETENTION_DAYS", 90)
 ASKCARDS_EVENT_RETENTION_DAYS = envint("ASKCARDS_EVENT_RETENTION_DAYS", 30)
+# Asks closed this many days ago are deleted with their respondents, cards, audit rows and events
+# (never an open one, nor one whose result the agent has still to receive); 0 keeps them forever.
+ASKCARDS_ASK_RETENTION_DAYS = envint("ASKCARDS_ASK_RETENTION_DAYS", 180)
 # Pruning: ids per DELETE (each its own short transaction), and DELETE windows per housekeeping pass.
 ASKCARDS_PRUNE_BATCH = envint("ASKCARDS_PRUNE_BATCH", 2000, minimum=1, maximum=10_000)
 ASKCARDS_PRUNE_BATCHES_PER_PASS = envint("ASKCARDS_PRUNE_BATCHES_PER_PASS", 50, minimum=1)

@@ -118,6 +118,25 @@ def test_asks_created_closed_and_open_are_counted_by_tool_platform_status_and_re
     assert value(samples, "askcards_responses_total", tool="ask_user_questions", surface="web", status="submitted") == 1
 
 
+def test_asks_retention_deleted_still_count_so_the_counters_never_go_down(token, agent, present_session, settings):
+    settings.ASKCARDS_ASK_RETENTION_DAYS = 180
+    answered, cancelled, _pending = (_ask(agent, present_session) for _ in range(3))
+    services.ask_answer(ask_id=answered.id, answers=answer_for(), surface="web")
+    services.ask_cancel(ask=cancelled, actor="agent:test")
+    OutboxEvent.objects.update(delivered_at=timezone.now())  # the agent has both results
+    counters = ("askcards_asks_created_total", "askcards_asks_closed_total", "askcards_responses_total")
+    before = {key: count for key, count in scrape().items() if key[0] in counters}
+    long_ago = timezone.now() - timedelta(days=400)
+    Ask.objects.filter(pk__in=[answered.pk, cancelled.pk]).update(created_at=long_ago, closed_at=long_ago)
+
+    assert services.asks_prune().deleted == 2
+    assert services.asks_prune().deleted == 0  # nothing counted twice on a second pass
+    after = scrape()
+    assert {key: count for key, count in after.items() if key[0] in counters} == before
+    assert value(after, "askcards_asks_open", tool="ask_user_questions", platform="web", status="pending") == 1
+    assert Ask.objects.count() == 1
+
+
 def test_answer_time_histogram_counts_from_shown_to_answered(token, agent, present_session):
     quick, slow = _ask(agent, present_session), _ask(agent, present_session)
     for ask in (quick, slow):

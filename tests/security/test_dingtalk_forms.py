@@ -26,7 +26,7 @@ from askcards.surfaces.base import SHORTENED_MARK
 from askcards.surfaces.dingtalk.cards import VALUE_MAX_BYTES
 from askcards.surfaces.dingtalk.stream import CARD_CALLBACK_TOPIC
 from askcards.tools import ANSWER_MAX_CHARS, ANSWER_TEXT_MAX_CHARS
-from tests.conftest import person
+from tests.conftest import grant_bot, person
 from tests.consumers.test_panel import _panel
 from tests.consumers.test_panel_dingtalk import _next, _submit
 from tests.dingtalk.conftest import bot, dingtalk_surface, fake, session  # noqa: F401  (the DingTalk fixtures)
@@ -218,6 +218,7 @@ def world(settings, agent):
                                   "askcards.surfaces.dingtalk.surface.DingTalkSurface"]
     with FakeDingTalk() as server:
         bot = make_bot(server)  # noqa: F811
+        grant_bot(agent, bot)
         session, _ = services.session_upsert(  # noqa: F811
             agent=agent, key="dingtalk/dm/staff_a", platform="dingtalk", bot=bot, chat_type="p2p", user_id="staff_a",
             user_name="成员甲", web_user="alice",

@@ -22,7 +22,7 @@ from askcards.surfaces.base import SHORTENED_MARK
 from askcards.surfaces.feishu import security
 from askcards.surfaces.web import HISTORY_ANSWER_CHARS
 from askcards.tools import ANSWER_MAX_CHARS, ANSWER_TEXT_MAX_CHARS
-from tests.conftest import QUESTIONS, answer_for, person
+from tests.conftest import QUESTIONS, answer_for, grant_bot, person
 from tests.consumers.test_panel import _panel
 from tests.dingtalk import integration as dingtalk
 from tests.fakes.dingtalk import FakeDingTalk
@@ -121,6 +121,7 @@ def feishu_ask(settings, agent, api):
     with FakeFeishu() as fake:
         bot = services.bot_add(platform="feishu", app_id=fake.app_id, app_secret=fake.app_secret,
                                base_url=fake.base_url, encrypt_key=ENCRYPT_KEY, verification_token=VERIFICATION_TOKEN)
+        grant_bot(agent, bot)
         session, _ = services.session_upsert(agent=agent, key=f"feishu-{bot.app_id}-private-ou_alice", bot=bot)
         running = api.put(f"/api/v1/sessions/{session.id}/progress", {"status": "running"}, format="json")
         assert running.status_code == 200

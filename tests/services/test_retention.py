@@ -224,3 +224,74 @@ def test_worker_housekeeping_resumes_each_walk_where_its_last_pass_stopped(agent
     passes = [worker.housekeeping() for _ in range(3)]
     assert passes == [10, 20, 0]  # receipts; the delivered events and the other receipts; nothing
     assert (list(OutboxEvent.objects.values_list("pk", flat=True)), CallbackReceipt.objects.count()) == (undelivered, 0)
+
+
+# ------------------------------------------------------------------------------------------ asks
+
+ANCIENT = NOW - timedelta(days=400)  # past the default ask retention (180 days)
+
+
+def answered_ask(agent, session, *, closed_at, delivered=True, given_up=False) -> Ask:
+    """A closed ask as the lifecycle leaves it: a respondent who answered, a card, audit rows and
+    its ask.closed event (delivered, given up, or still waiting)."""
+    from askcards.models import Bot, CardMessage, Respondent
+
+    ask = make_ask(agent, session, closed_at=closed_at, created_at=closed_at - timedelta(minutes=5))
+    Respondent.objects.create(ask=ask, respondent_id="alice", respondent_key="alice", status="submitted",
+                              answers={"answers": []}, answered_at=closed_at, surface="web")
+    bot, _ = Bot.objects.get_or_create(platform="dingtalk", app_id="ding_retention", defaults={"base_url": "https://x"})
+    CardMessage.objects.create(platform="dingtalk", bot=bot, ask=ask, message_id=f"ask_{ask.pk}")
+    audit_rows(ask, 2, closed_at)
+    seq = OutboxEvent.objects.filter(agent=agent).count() + 1
+    OutboxEvent.objects.create(
+        agent=agent, seq=seq, type="ask.closed", ask=ask, created_at=closed_at,
+        delivered_at=closed_at if delivered and not given_up else None, failed_at=closed_at if given_up else None,
+    )
+    return ask
+
+
+def test_asks_closed_before_the_retention_go_with_everything_that_belongs_to_them(agent, web_session, settings):
+    from askcards.models import CardMessage, Respondent
+
+    settings.ASKCARDS_ASK_RETENTION_DAYS = 180
+    gone = [answered_ask(agent, web_session, closed_at=ANCIENT),
+            answered_ask(agent, web_session, closed_at=ANCIENT, delivered=False, given_up=True)]
+    waiting = answered_ask(agent, web_session, closed_at=ANCIENT, delivered=False)  # the agent never got it
+    recent = answered_ask(agent, web_session, closed_at=RECENT)
+    still_open = make_ask(agent, web_session, created_at=ANCIENT)  # open (no worker ran): never pruned
+
+    report = services.asks_prune(now=NOW)
+    assert (report.deleted, report.resume_after) == (2, None)
+    assert set(Ask.objects.values_list("pk", flat=True)) == {waiting.pk, recent.pk, still_open.pk}
+    for model in (Respondent, CardMessage, AskEvent, OutboxEvent):
+        assert not model.objects.filter(ask__in=gone).exists(), model.__name__
+        assert model.objects.filter(ask=waiting).exists(), model.__name__
+
+
+def test_ask_retention_zero_keeps_every_ask(agent, web_session, settings):
+    settings.ASKCARDS_ASK_RETENTION_DAYS = 0
+    answered_ask(agent, web_session, closed_at=ANCIENT)
+    assert services.asks_prune(now=NOW).deleted == 0
+    assert Ask.objects.count() == 1
+
+
+def test_ask_prune_walks_in_batches_and_resumes_past_asks_that_must_stay(agent, web_session, settings):
+    settings.ASKCARDS_ASK_RETENTION_DAYS = 180
+    settings.ASKCARDS_PRUNE_BATCH, settings.ASKCARDS_PRUNE_BATCHES_PER_PASS = 3, 2
+    kept = [answered_ask(agent, web_session, closed_at=ANCIENT - timedelta(hours=10 - n), delivered=False).pk
+            for n in range(4)]  # the oldest: an agent that never read these results
+    for n in range(5):
+        answered_ask(agent, web_session, closed_at=ANCIENT + timedelta(hours=n))
+    first = services.asks_prune(now=NOW)
+    assert (first.deleted, first.batches) == (2, 1)  # window 1: three kept; window 2: one kept, two gone
+    assert first.resume_after is not None
+    second = services.asks_prune(now=NOW, after=first.resume_after)
+    assert (second.deleted, second.resume_after) == (3, None)
+    assert sorted(Ask.objects.values_list("pk", flat=True)) == sorted(kept)
+
+
+def test_worker_housekeeping_prunes_old_asks(agent, web_session, settings):
+    settings.ASKCARDS_ASK_RETENTION_DAYS = 180
+    answered_ask(agent, web_session, closed_at=ANCIENT)
+    Worker().housekeeping()
+    assert not Ask.objects.exists()
