@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from django import forms
+from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin.utils import flatten, flatten_fieldsets, quote, unquote
 from django.core.exceptions import PermissionDenied
@@ -516,14 +517,26 @@ class AgentAddForm(_WebhookUrlForm):
         formfield_callback = _formfield
 
 
+QUOTA_FIELDS = (
+    "quota_pending_asks", "quota_pending_per_respondent", "quota_parked_waits", "quota_asks_per_minute",
+    "quota_ask_burst",
+)
+
+
 class AgentChangeForm(_WebhookUrlForm):
     class Meta:
         model = Agent
-        fields = ("name", "webhook_url", "is_active", "web_users", "bots")
+        fields = ("name", "webhook_url", "is_active", "web_users", "bots", *QUOTA_FIELDS)
         formfield_callback = _formfield
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for name in QUOTA_FIELDS:  # what blank means here: the deployment's default, shown
+            default = getattr(settings, f"ASKCARDS_{name.upper()}")
+            self.fields[name].help_text += f" Default: {default or 'no limit'}; 0 is no limit."
 
-AGENT_COLUMNS = ("name", "webhook_url", "is_active")  # what the change form writes on the row itself
+
+AGENT_COLUMNS = ("name", "webhook_url", "is_active", *QUOTA_FIELDS)  # what the change form writes on the row itself
 
 
 @admin.register(Agent)
@@ -545,13 +558,19 @@ class AgentAdmin(admin.ModelAdmin):
         kwargs["form"] = AgentChangeForm if obj is not None else AgentAddForm
         return super().get_form(request, obj, change=change, **kwargs)
 
-    def get_fields(self, request: HttpRequest, obj: Agent | None = None) -> tuple[str, ...]:
+    def get_fieldsets(self, request: HttpRequest, obj: Agent | None = None) -> Any:
         if obj is None:
-            return ("name", "webhook_url", "web_users", "bots")
-        return (
-            "name", "key_prefix", "is_active", "webhook_url", "webhook_secret_set", "web_users", "bots", "event_seq",
-            "created_at",
-        )
+            return [(None, {"fields": ("name", "webhook_url", "web_users", "bots")})]
+        return [
+            (None, {"fields": (
+                "name", "key_prefix", "is_active", "webhook_url", "webhook_secret_set", "web_users", "bots", "event_seq",
+                "created_at",
+            )}),
+            ("Quotas", {"fields": QUOTA_FIELDS, "description": (
+                "Over a quota, the agent's request is refused with HTTP 429 and Retry-After, and nothing changes. "
+                "Blank: the deployment's default (ASKCARDS_QUOTA_* settings)."
+            )}),
+        ]
 
     def get_readonly_fields(self, request: HttpRequest, obj: Agent | None = None) -> tuple[str, ...]:
         return self.readonly_fields if obj is not None else ()

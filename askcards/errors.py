@@ -64,6 +64,19 @@ class BotNotGranted(AskcardsError):
     status = 403
 
 
+class QuotaExceeded(AskcardsError):
+    """One of the agent's quotas is used up (``services.quotas``): HTTP 429, with ``retry_after``
+    seconds for the ``Retry-After`` header. ``quota`` names it: pending_asks,
+    pending_per_respondent, parked_waits or asks_per_minute."""
+
+    code = "quota_exceeded"
+    status = 429
+
+    def __init__(self, message: str, *, quota: str, retry_after: int):
+        super().__init__(message)
+        self.quota, self.retry_after = quota, retry_after
+
+
 class CallbackRefused(AskcardsError):
     """A platform callback refused before its effect: ``status`` is the HTTP status to answer,
     ``cause`` the refusal's label on /metrics."""

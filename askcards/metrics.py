@@ -63,6 +63,9 @@ PARKED = Gauge(
     "askcards_parked_waiters", "Requests parked until something happens: REST long-polls and MCP calls.",
     ["kind"], multiprocess_mode="livesum",
 )
+QUOTA_REFUSALS = Counter(
+    "askcards_quota_refusals", "Agent requests refused (429) by one of the agent's quotas, by quota.", ["quota"],
+)
 CARD_PUSH_FAILURES = Counter(
     "askcards_card_push_failures", "Failed card pushes (Feishu PATCH, DingTalk PUT), by platform and whether "
     "they will be retried or were given up.",
@@ -108,6 +111,10 @@ def parked(kind: str) -> Iterator[None]:
         yield
     finally:
         gauge.dec()
+
+
+def quota_refused(quota: str) -> None:
+    QUOTA_REFUSALS.labels(quota).inc()
 
 
 def card_push_failed(platform: str, *, gave_up: bool) -> None:

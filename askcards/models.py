@@ -68,6 +68,25 @@ class Agent(models.Model):
         verbose_name="bots granted",
         help_text="The Feishu and DingTalk bots this agent's sessions may use.",
     )
+    # Quotas (services.quotas): blank takes the ASKCARDS_QUOTA_* default, 0 is no limit.
+    quota_pending_asks = models.PositiveIntegerField(
+        null=True, blank=True, verbose_name="pending asks", help_text="Open asks in all (blank: the default)."
+    )
+    quota_pending_per_respondent = models.PositiveIntegerField(
+        null=True, blank=True, verbose_name="pending asks per person",
+        help_text="Open asks for any one person (blank: the default).",
+    )
+    quota_parked_waits = models.PositiveIntegerField(
+        null=True, blank=True, verbose_name="parked waits",
+        help_text="Long-polls and blocking MCP calls waiting at once, on each server process (blank: the default).",
+    )
+    quota_asks_per_minute = models.PositiveIntegerField(
+        null=True, blank=True, verbose_name="asks per minute", help_text="Sustained creation rate (blank: the default)."
+    )
+    quota_ask_burst = models.PositiveIntegerField(
+        null=True, blank=True, verbose_name="ask burst",
+        help_text="Asks that may be made at once before the rate applies (blank: the default).",
+    )
     # Last outbox sequence number handed out; bumped under the row lock, so commit order = seq order.
     event_seq = models.BigIntegerField(default=0, editable=False)
     created_at = models.DateTimeField(default=timezone.now)
@@ -87,6 +106,19 @@ class Agent(models.Model):
     @property
     def is_authenticated(self) -> bool:  # lets DRF treat an agent as request.user
         return True
+
+
+class AgentRateBucket(models.Model):
+    """An agent's creation-rate token bucket (``services.quotas``): every process draws from this
+    row, each draw one conditional UPDATE on ``version``."""
+
+    agent = models.OneToOneField(Agent, primary_key=True, on_delete=models.CASCADE, related_name="rate_bucket")
+    tokens = models.FloatField()
+    updated_at = models.DateTimeField()
+    version = models.PositiveBigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"rate bucket of {self.agent_id}: {self.tokens:.1f}"
 
 
 class Bot(models.Model):

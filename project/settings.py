@@ -331,6 +331,12 @@ ASKCARDS_EVENT_RETENTION_DAYS = envint("ASKCARDS_EVENT_RETENTION_DAYS", 30)
 # Asks closed this many days ago are deleted with their respondents, cards, audit rows and events
 # (never an open one, nor one whose result the agent has still to receive); 0 keeps them forever.
 ASKCARDS_ASK_RETENTION_DAYS = envint("ASKCARDS_ASK_RETENTION_DAYS", 180)
+# Per-agent quotas (services.quotas); an agent's own values (admin) override these; 0 is no limit.
+ASKCARDS_QUOTA_PENDING_ASKS = envint("ASKCARDS_QUOTA_PENDING_ASKS", 1000)
+ASKCARDS_QUOTA_PENDING_PER_RESPONDENT = envint("ASKCARDS_QUOTA_PENDING_PER_RESPONDENT", 50)
+ASKCARDS_QUOTA_PARKED_WAITS = envint("ASKCARDS_QUOTA_PARKED_WAITS", 1000)
+ASKCARDS_QUOTA_ASKS_PER_MINUTE = envint("ASKCARDS_QUOTA_ASKS_PER_MINUTE", 120)
+ASKCARDS_QUOTA_ASK_BURST = envint("ASKCARDS_QUOTA_ASK_BURST", 200)
 # Pruning: ids per DELETE (each its own short transaction), and DELETE windows per housekeeping pass.
 ASKCARDS_PRUNE_BATCH = envint("ASKCARDS_PRUNE_BATCH", 2000, minimum=1, maximum=10_000)
 ASKCARDS_PRUNE_BATCHES_PER_PASS = envint("ASKCARDS_PRUNE_BATCHES_PER_PASS", 50, minimum=1)

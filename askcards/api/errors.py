@@ -13,7 +13,7 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from askcards import jsonlimits
-from askcards.errors import AskcardsError
+from askcards.errors import AskcardsError, QuotaExceeded
 
 from .serializers import ErrorOutput
 
@@ -66,6 +66,10 @@ def exception_handler(exc, context):
         if isinstance(exc, RequestDataTooBig):
             return error_response("request_too_large", f"{exc} Send a smaller request.", 413)
         return error_response("bad_request", str(exc) or "Bad request.", status.HTTP_400_BAD_REQUEST)
+    if isinstance(exc, QuotaExceeded):
+        response = error_response(exc.code, exc.message, exc.status)
+        response["Retry-After"] = str(exc.retry_after)
+        return response
     if isinstance(exc, AskcardsError):
         return error_response(exc.code, exc.message, exc.status)
     if isinstance(exc, exceptions.APIException):

@@ -21,7 +21,7 @@ from django.http import HttpResponse
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
-from askcards import edge, events, metrics
+from askcards import edge, events, metrics, services
 from askcards.db import in_pool
 
 
@@ -31,6 +31,7 @@ class LongPoll:
     timeout: float
     # again(final) -> the response body (JSON data), or None while still waiting (final=False only).
     again: Callable[[bool], Any]
+    agent_id: int  # whose wait it is (the agent's parked-waits quota counts it while it waits)
 
 
 class LongPollResponse(Response):
@@ -123,7 +124,7 @@ class LongPollApp:
             # to collect, instead of keeping it for up to a minute, by when it would have reached the
             # oldest generation, whose collections pause the whole process (askcards/collector.py).
             del response
-            with metrics.parked("rest"):
+            with metrics.parked("rest"), services.parked_wait(poll.agent_id):
                 response = await self._wait(poll, receive)
             if response is None:  # client went away
                 return

@@ -145,7 +145,7 @@ def _ask_waited(agent, ask_id: str, *, wait: int, deliver: bool, shape: Callable
 
     if wait and selectors.ask_is_open(agent=agent, ask_id=ask_id):
         response = LongPollResponse(later=lambda: now(True))
-        response.long_poll = LongPoll(groups=[events.ask_group(ask_id)], timeout=wait, again=now)
+        response.long_poll = LongPoll(groups=[events.ask_group(ask_id)], timeout=wait, again=now, agent_id=agent.pk)
         return response
     return Response(now(True))
 
@@ -166,6 +166,8 @@ class ToolCallApi(APIView):
         data = _validated(s.ToolCallInput, _body(request))
         agent = request.user
         session = selectors.session_get(agent=agent, session_ref=data["session"])
+        if data["wait"]:
+            services.quota_check_parked(agent=agent)  # before the call: a refusal changes nothing
         outcome = services.tool_call(
             agent=agent,
             session=session,
@@ -235,6 +237,8 @@ class AskWaitApi(APIView):
 
     @staticmethod
     def _wait(agent, ask_id: str, timeout: int, *, deliver: bool) -> Response:
+        if timeout:
+            services.quota_check_parked(agent=agent)
         return _ask_waited(agent, ask_id, wait=timeout, deliver=deliver, shape=s.AskOutput.of)
 
 
@@ -275,12 +279,15 @@ class EventsApi(APIView):
     def get(self, request):
         query = _validated(s.EventsQuery, request.query_params)
         agent, after, limit = request.user, query["after"], query["limit"]
+        if query["wait"]:
+            services.quota_check_parked(agent=agent)
         response = LongPollResponse(_events_page(agent, after, limit, final=True))
         if not response.data["events"] and query["wait"]:
             response.long_poll = LongPoll(
                 groups=[events.agent_group(agent.pk)],
                 timeout=query["wait"],
                 again=lambda final: _events_page(agent, after, limit, final=final),
+                agent_id=agent.pk,
             )
         return response
 

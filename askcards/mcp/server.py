@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import logging
 import re
 from collections.abc import Mapping
@@ -40,7 +41,7 @@ from pydantic import ValidationError
 
 from askcards import events, selectors, services, tools
 from askcards.db import in_pool
-from askcards.errors import AskcardsError, NotFound
+from askcards.errors import AskcardsError, NotFound, QuotaExceeded
 from askcards.models import Agent, Ask
 
 from . import results
@@ -53,6 +54,7 @@ DEADLINE_GRACE_SECONDS = 30  # the worker expires an ask within ~2 s of its dead
 TASKS_PAGE_SIZE = 50
 TASKS_VERSION = "2025-11-25"  # the protocol revision whose core carries tasks
 CANCEL_HANDLING_SECONDS = 10
+QUOTA_EXCEEDED = -32000  # JSON-RPC's implementation-defined server errors: a quota of the agent's is used up
 CANCEL = "askcards.mcp_cancel"  # channel-layer message: notifications/cancelled for a parked call
 
 INSTRUCTIONS = (
@@ -189,8 +191,17 @@ async def _run(ctx: ServerRequestContext[Any, Any], caller: Caller, name: str, a
             sender_id=caller.sender_id,
             timeout_seconds=timeout,
         )
+    except QuotaExceeded as exc:
+        return _quota_refusal(exc)
     except AskcardsError as exc:
         raise _invalid(exc.message) from None
+
+
+def _quota_refusal(exc: QuotaExceeded) -> services.ToolCallOutcome:
+    """A tool call over one of the agent's quotas: a tool error the model and its host read (the
+    REST API's 429 message, with the seconds to wait), no ask made."""
+    text = json.dumps({"error": exc.message, "reason": exc.code, "retry_after": exc.retry_after}, ensure_ascii=False)
+    return services.ToolCallOutcome("failed", text, None, False)
 
 
 def _call_result(status: str, text: str | None, ask: Ask | None) -> types.CallToolResult:
@@ -201,6 +212,12 @@ def _call_result(status: str, text: str | None, ask: Ask | None) -> types.CallTo
 async def call_tool(ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> types.CallToolResult:
     caller = _caller.get()
     tool = tools.get(params.name)
+    if tool is not None and tool.blocking:
+        try:  # before the call, so a refusal changes nothing
+            services.quota_check_parked(agent=caller.agent)
+        except QuotaExceeded as exc:
+            outcome = _quota_refusal(exc)
+            return _call_result(outcome.status, outcome.tool_result, None)
     async with events.Subscription("MCP call") as subscription:
         if tool is not None and tool.blocking and ctx.request_id is not None:
             # Before the ask exists: a cancel that arrives while it is being made waits in the queue.
@@ -270,6 +287,11 @@ async def _park(ctx: ServerRequestContext[Any, Any], caller: Caller, ask_id: str
     the layer is down it re-reads every ``events.LAYER_RETRY_SECONDS`` instead (the subscription's
     ``REREAD``), as the REST long-polls do. A cancelled handler (the client went away) leaves the
     ask as it is."""
+    with services.parked_wait(caller.agent.pk):
+        return await _parked(ctx, caller, ask_id, subscription)
+
+
+async def _parked(ctx: ServerRequestContext[Any, Any], caller: Caller, ask_id: str, subscription: events.Subscription) -> Ask:
     await subscription.add(events.ask_group(ask_id))
     ask = await in_pool(_read, caller.agent, ask_id)  # after subscribing: no change can slip by
     loop = asyncio.get_running_loop()
@@ -323,6 +345,10 @@ async def tasks_result(ctx: ServerRequestContext[Any, Any], params: types.GetTas
     notification goes out on this stream when it ends."""
     ask = await _task_ask(params.task_id)
     if ask.is_open:
+        try:
+            services.quota_check_parked(agent=_caller.get().agent)
+        except QuotaExceeded as exc:
+            raise MCPError(code=QUOTA_EXCEEDED, message=f"{exc.message} (retry after {exc.retry_after} s)") from None
         async with events.Subscription("MCP call") as subscription:
             ask = await _park(ctx, _caller.get(), ask.id, subscription)
         if ask.is_open:

@@ -50,6 +50,7 @@ from .asks import (
 )
 from .dingtalk import DINGTALK_SURFACE, ClickResult, PanelAnswer, dingtalk_callback, dingtalk_click, dingtalk_panel_answer
 from .feishu_progress import card_delivery_failed, card_touch, progress_put, session_cancel_request
+from .quotas import QUOTAS, agent_quotas_set, parked_wait, quota_check_ask, quota_check_parked, quota_limit
 from .retention import CALLBACK_RECEIPT_TTL, PruneReport, asks_prune, audit_prune, outbox_prune, receipts_prune
 from .sessions import (
     agent_recover,
@@ -72,7 +73,7 @@ __all__ = [
     "ask_result_undeliverable", "bot_add", "bot_find", "bot_get", "bot_remove", "bot_test", "bot_update", "bot_warnings",
     "BotCheck", "BotRemoval", "callback_receipt", "card_delivery_failed", "card_touch",
     "dingtalk_callback", "dingtalk_click", "dingtalk_panel_answer", "PanelAnswer",
-    "events_acknowledge", "events_retry", "expire_due", "infer_platform", "progress_put", "purge_answers",
+    "events_acknowledge", "events_retry", "expire_due", "infer_platform", "progress_put", "purge_answers", "parked_wait", "quota_check_ask", "quota_check_parked", "QUOTAS", "agent_quotas_set", "quota_limit",
     "session_bot", "session_cancel_request", "session_check_bot", "session_check_web_user", "session_message", "session_recover",
     "session_upsert", "tool_call",
 ]

@@ -21,6 +21,7 @@ from askcards.errors import InvalidInput, UnknownTool
 from askcards.models import Agent, Ask, AskEvent, CardMessage, Respondent, Session
 
 from .asks import SYSTEM, ask_activate, ask_invalidate, audit, close, current_result
+from .quotas import quota_check_ask
 from .sessions import session_check_bot, session_check_web_user
 
 logger = logging.getLogger(__name__)
@@ -64,7 +65,8 @@ def tool_call(
 ) -> ToolCallOutcome:
     """Run a model's tool call: validate, reserve, deliver, activate (or fail at once).
 
-    Raises UnknownTool for a name no session has (naming this session's tools), and
+    Raises UnknownTool for a name no session has (naming this session's tools), QuotaExceeded
+    when the ask would pass one of the agent's quotas (nothing written), and
     WebUserNotGranted / BotNotGranted when the session's web_user / bot is no longer granted to
     the agent (revoked after the session was made: asks already pending stay, and a retry of an
     earlier call_id still returns its ask). Everything else is a
@@ -107,7 +109,9 @@ def tool_call(
             f"{len(request.title)} characters; at most {title_limit} fit"
         ), None, False)
     _check_respondent_id(owner)
+    respondent_ids = list(request.respondent_ids) or [owner]
     now = timezone.now()
+    quota_check_ask(agent=agent, respondent_ids=respondent_ids, now=now)
     timeout = request.timeout or (
         timedelta(seconds=timeout_seconds) if timeout_seconds and tool.call_timeout else tool.default_timeout
     )
@@ -139,7 +143,7 @@ def tool_call(
         shown_on = surfaces.reachable_surfaces(session, name)
         failure = None if shown_on else Ask.Reason.NO_SURFACE
     ask.surfaces = [surface.name for surface in shown_on]
-    raced = _reserve(ask, list(request.respondent_ids) or [owner])
+    raced = _reserve(ask, respondent_ids)
     if raced is not None:
         return raced
 

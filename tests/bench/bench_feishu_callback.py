@@ -57,6 +57,7 @@ from typing import Any
 import aiohttp
 
 from askcards.surfaces.feishu import security
+from tests.bench import NO_QUOTAS
 from tests.bench.bench_longpoll import (
     HOST,
     PROJECT_DIR,
@@ -570,6 +571,7 @@ def run_target(args: argparse.Namespace, target: str) -> TargetResult:
                    "--verification-token", VERIFICATION_TOKEN, "--encrypt-key", ENCRYPT_KEY, "--base-url", stub_base,
                    "--name", "bench")
         run_manage(env, "askcards_agent", "create", AGENT, "--json")
+        run_manage(env, "askcards_agent", "quotas", AGENT, *NO_QUOTAS)
         total = args.asks or args.asks_per_level * len(args.clients)
         per_card = args.asks_per_card or total
         cards = -(-total // per_card)

@@ -49,6 +49,8 @@ from typing import Any
 
 import aiohttp
 
+from tests.bench import NO_QUOTAS
+
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
 HOST = "127.0.0.1"
@@ -776,6 +778,7 @@ def main(argv: list[str] | None = None) -> int:
         run_manage(env, "migrate", "--no-input", "-v", "0")
         cookie = setup_user(env, USERNAME)
         created = run_manage(env, "askcards_agent", "create", "bench", "--grant", USERNAME, "--json")
+        run_manage(env, "askcards_agent", "quotas", "bench", *NO_QUOTAS)
         key = json.loads(created.strip().splitlines()[-1])["key"]
         log = open(log_path, "wb")
         server = subprocess.Popen(

@@ -63,6 +63,7 @@ from urllib.parse import urlencode
 
 import aiohttp
 
+from tests.bench import NO_QUOTAS
 from tests.bench.bench_longpoll import (
     HOST,
     MISSING_ASK,
@@ -753,6 +754,7 @@ def main(argv: list[str] | None = None) -> int:
             run_manage(env, "migrate", "--no-input", "-v", "0")
             cookie = setup_user(env, USERNAME)
             created = run_manage(env, "askcards_agent", "create", "bench", "--grant", USERNAME, "--json")
+            run_manage(env, "askcards_agent", "quotas", "bench", *NO_QUOTAS)
             key = json.loads(created.strip().splitlines()[-1])["key"]
             port = args.port or free_port()
             base = f"http://{HOST}:{port}"

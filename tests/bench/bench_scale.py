@@ -61,6 +61,7 @@ from typing import Any
 
 import aiohttp
 
+from tests.bench import NO_QUOTAS
 from tests.bench.bench_feishu_callback import (
     APP_ID,
     APP_SECRET,
@@ -529,6 +530,7 @@ def prepare(db: Db, stub_base: str) -> None:
                "--verification-token", VERIFICATION_TOKEN, "--encrypt-key", ENCRYPT_KEY, "--base-url", stub_base,
                "--name", "bench")
     db.key = json.loads(run_manage(db.env, "askcards_agent", "create", AGENT, "--json").strip().splitlines()[-1])["key"]
+    run_manage(db.env, "askcards_agent", "quotas", AGENT, *NO_QUOTAS)
     db.cookie = setup_user(db.env, USERNAME, superuser=True)
 
 

@@ -69,6 +69,7 @@ def pairs(calls: int) -> list[tuple[str, Callable[[str], Callable[[int], Any]], 
     from tests.bench.bench_feishu_callback import QUESTIONS
 
     agent, _ = services.agent_create(name="bench")
+    services.agent_quotas_set(agent=agent, actor="bench", **{quota: 0 for quota in services.QUOTAS})
     Agent.objects.filter(pk=agent.pk).update(webhook_url="https://agent.example.com/hook")
     bot = services.bot_add(platform="feishu", app_id="cli_statements", app_secret="bench-secret")
     services.agent_bot_grant(agent=agent, bot=bot, actor="bench")

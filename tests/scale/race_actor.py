@@ -92,6 +92,7 @@ def setup(args) -> dict:
 
     get_user_model().objects.get_or_create(username="alice")
     agent, key = services.agent_create(name=args.agent, webhook_url=args.webhook_url, web_users=["alice"])
+    services.agent_quotas_set(agent=agent, actor="test", **{quota: 0 for quota in services.QUOTAS})
     session, _ = services.session_upsert(
         agent=agent, key=f"web/{args.agent}", platform="web", web_user="alice", user_id="alice"
     )
@@ -208,6 +209,7 @@ def feishu_setup(args) -> dict:
         encrypt_key=ENCRYPT_KEY, verification_token=VERIFICATION_TOKEN,
     )
     agent, _ = services.agent_create(name=args.agent, bots=[bot])
+    services.agent_quotas_set(agent=agent, actor="test", **{quota: 0 for quota in services.QUOTAS})
     sessions = {}
     for spec in args.session:
         user, count = spec.split("=")
@@ -250,6 +252,7 @@ def dingtalk_setup(args) -> dict:
         api_secret=API_SECRET, callback_mode="stream",
     )
     agent, _ = services.agent_create(name=args.agent, bots=[bot])
+    services.agent_quotas_set(agent=agent, actor="test", **{quota: 0 for quota in services.QUOTAS})
     session, _ = services.session_upsert(
         agent=agent, key="dingtalk/group/race", platform="dingtalk", bot=bot, chat_type="group",
         user_id="initiator", chat_id="cid_race", user_name="发起人",

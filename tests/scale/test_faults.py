@@ -45,6 +45,7 @@ from tests.feishu.integration import ENCRYPT_KEY, VERIFICATION_TOKEN
 bot = services.bot_add(platform="feishu", app_id=%(app_id)r, app_secret=%(secret)r, base_url=%(base)r,
                        encrypt_key=ENCRYPT_KEY, verification_token=VERIFICATION_TOKEN)
 agent, key = services.agent_create(name="fault-agent", bots=[bot])
+services.agent_quotas_set(agent=agent, actor="test", **{quota: 0 for quota in services.QUOTAS})
 sessions = {}
 for user in ("ou_pg", "ou_redis", "ou_platform"):
     session, _ = services.session_upsert(agent=agent, key=f"feishu-{bot.app_id}-private-{user}", bot=bot)

@@ -50,6 +50,7 @@ store[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
 store[HASH_SESSION_KEY] = user.get_session_auth_hash()
 store.create()
 agent, key = services.agent_create(name=name, web_users=[name], actor="test")
+services.agent_quotas_set(agent=agent, actor="test", **{quota: 0 for quota in services.QUOTAS})
 services.session_upsert(agent=agent, key="web/" + name, platform="web", web_user=name, user_id=name)
 print(json.dumps({"name": name, "cookie": settings.SESSION_COOKIE_NAME + "=" + store.session_key,
                   "group": web.panel_group(name)}))

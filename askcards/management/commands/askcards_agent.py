@@ -1,3 +1,4 @@
+import argparse
 import json
 
 from django.conf import settings
@@ -49,6 +50,13 @@ class Command(BaseCommand):
                 "--bot", action="append", default=[], metavar="APP_ID",
                 help="A Feishu app id / DingTalk client id (platform:id when both have it; repeatable)",
             )
+        quotas = sub.add_parser(
+            "quotas", help="Show an agent's quotas, or set them (a number; 0: no limit; 'default': the deployment's)"
+        )
+        quotas.add_argument("name")
+        for quota in services.QUOTAS:
+            quotas.add_argument(f"--{quota.replace('_', '-')}", dest=quota, metavar="N|default", type=_quota_value,
+                                default=_UNSET)
         sub.add_parser("list", help="List agents and the web users each is granted")
 
     def handle(self, *args, action: str, **options):
@@ -143,12 +151,33 @@ class Command(BaseCommand):
     def _bots(self, agent: Agent) -> list[str]:
         return sorted(f"{bot.platform}:{bot.app_id}" for bot in agent.bots.all())
 
+    def _quotas(self, *, name: str, **options):
+        agent = self._agent(name)
+        changes = {quota: options[quota] for quota in services.QUOTAS if options.get(quota, _UNSET) is not _UNSET}
+        services.agent_quotas_set(agent=agent, actor=ACTOR, **changes)
+        for quota in services.QUOTAS:
+            own = getattr(agent, f"quota_{quota}")
+            value = services.quota_limit(agent, quota)
+            shown = "no limit" if value == 0 else str(value)
+            self.stdout.write(f"{quota.replace('_', '-')}\t{shown}{'' if own is not None else ' (default)'}")
+
     def _list(self, **_):
         for agent in Agent.objects.order_by("name").prefetch_related("web_users", "bots"):
             state = "active" if agent.is_active else "inactive"
             granted = ",".join(self._web_users(agent)) or "-"
             bots = ",".join(self._bots(agent)) or "-"
             self.stdout.write(f"{agent.name}\t{agent.key_hint}…\t{state}\t{agent.webhook_url or '-'}\t{granted}\t{bots}")
+
+
+_UNSET = object()  # a quota option not given: unchanged
+
+
+def _quota_value(text: str) -> int | None:
+    if text == "default":
+        return None
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a whole number (0: no limit) or 'default', got {text!r}")
+    return int(text)
 
 
 def mcp_url_template() -> str:
