@@ -10,6 +10,7 @@ every documented object closed (``additionalProperties: false``), so an undocume
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -27,6 +28,9 @@ from tests.security.edge_client import call
 pytestmark = pytest.mark.django_db(transaction=True)
 
 HUGE = 150 * 1024 * 1024  # declared, never sent
+# Codes the schema declares whose implementation lands separately (per-agent quotas, bot grants):
+# a status whose every documented code is one of these cannot be provoked here yet.
+NOT_SENT_YET = {"quota_exceeded", "bot_not_granted"}
 MISSING = {"session_id": "s_" + "0" * 32, "ask_id": "q_" + "0" * 32}
 
 
@@ -102,6 +106,8 @@ class Schema:
         self.validate(body, documented["content"]["application/json"]["schema"])
         if exchange.status >= 400:
             assert f"`{body['error']['code']}`" in documented["description"], what
+        for header in documented.get("headers", {}):  # WWW-Authenticate on a 401
+            assert header.lower() in exchange.headers, f"no {header} header: {what}"
         self.seen.setdefault((method, template), set()).add(exchange.status)
 
 
@@ -254,7 +260,11 @@ async def test_real_responses_match_the_served_schema(schema, agent_and_key, eve
         exchange = await send(request, agent_and_key[1])
         assert exchange.status < 300, (request, exchange.body[:300])
         schema.check(method, template, exchange)
-    documented = {int(status) for status in schema.documented(method, template)}
+    documented = {
+        int(status)
+        for status, response in schema.documented(method, template).items()
+        if int(status) < 400 or set(re.findall(r"`(\w+)`:", response["description"])) - NOT_SENT_YET
+    }
     assert schema.seen[(method, template)] == documented
 
 
