@@ -173,7 +173,8 @@ class ToolCallInput(StrictSerializer):
     wait = JsonInteger(min_value=0, max_value=MAX_WAIT_SECONDS, required=False, default=0)
     timeout_seconds = JsonInteger(
         min_value=1, max_value=services.MAX_TIMEOUT_SECONDS, required=False, allow_null=True,
-        help_text="The ask's deadline in seconds, for tools that take one (ask_user_questions); default the tool's own",
+        help_text="The ask's deadline in seconds (at most 13 days: Feishu cards stop working after 14); "
+        "dingtalk_ask_user_question takes its own timeoutMinutes instead",
     )
 
 

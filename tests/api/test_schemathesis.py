@@ -2,11 +2,12 @@
 serves at /api/schema/, runs every operation through the real ASGI application (in-process, no
 network, on the test SQLite database) as a real agent, and finds nothing.
 
-Every check schemathesis has for a response runs (``CHECKS``): no server error; every status,
-content type, header and body is one the operation declares; a schema-valid request is accepted
-and a schema-violating one is refused with a 4xx; a method no operation has answers 405 with
+Every check schemathesis enables by default runs: no server error; every status, content type,
+header and body is one the operation declares; a schema-valid request is accepted and a
+schema-violating one is refused with a 4xx; a method a path does not list answers 405 with
 ``Allow``; a missing or wrong key is a 401. Its coverage phase (each constraint's boundaries and
-each way to break it, the undeclared methods) and its fuzzing phase both run.
+each way to break it, the undeclared methods) and its fuzzing phase both run; the stateful phase
+(chains of calls) does not.
 
 - Deterministic: a fixed seed, derandomized generation, no example database; ``MAX_EXAMPLES``
   bounds the fuzzing of each operation.
