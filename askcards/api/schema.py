@@ -15,7 +15,7 @@ from drf_spectacular.extensions import OpenApiSerializerExtension
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 
-from askcards.errors import AskNotPending, InvalidInput, NotFound, UnknownTool, WebUserNotGranted
+from askcards.errors import AskNotPending, BotNotGranted, InvalidInput, NotFound, UnknownTool, WebUserNotGranted
 
 # code -> (HTTP status, when it is sent)
 CODES: dict[str, tuple[int, str]] = {
@@ -27,7 +27,7 @@ CODES: dict[str, tuple[int, str]] = {
     "invalid_key": (401, "the Authorization header or the key is wrong"),
     "agent_inactive": (401, "the agent was deactivated"),
     WebUserNotGranted.code: (WebUserNotGranted.status, "the session names a web user no operator granted this agent"),
-    "bot_not_granted": (403, "the session names a bot no operator granted this agent"),
+    BotNotGranted.code: (BotNotGranted.status, "the session names a bot no operator granted this agent (or no active bot has that id)"),
     NotFound.code: (NotFound.status, "no such object of this agent (another agent's reads the same), or a `format`"),
     "not_acceptable": (406, "the Accept header excludes application/json"),
     AskNotPending.code: (AskNotPending.status, "the ask had already ended"),

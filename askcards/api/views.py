@@ -53,14 +53,14 @@ class SessionUpsertApi(APIView):
         *schema.BODY, "web_user_not_granted", "bot_not_granted",
         request=s.SessionUpsertInput,
         when={
-            "invalid_input": "a field is wrong; or, what the schema cannot know: `bot` names no active bot, the platform "
-            "of a new `key` cannot be inferred (give `platform`), or the user id a Feishu key names is too long",
+            "invalid_input": "a field is wrong; or, what the schema cannot know: the platform of a new `key` cannot be "
+            "inferred (give `platform`), or the user id a Feishu key names is too long for a user id",
             "not_found": "`parent` is no session of this agent",
         },
         description="Create the session of `key`, or update the fields given (201 created, 200 updated). "
-        "Values the schema cannot check are answered with a declared 4xx: a `bot` that is no active bot "
-        "(400) or not granted to this agent (403), a `web_user` not granted (403), a `parent` that is no "
-        "session of this agent (404).",
+        "Values the schema cannot check are answered with a declared 4xx: a `bot` that is not granted to this "
+        "agent or no active bot (403, the same answer), a `web_user` not granted (403), a `parent` that is no "
+        "session of this agent (404), a new `key` whose platform cannot be inferred without `platform` (400).",
     )
     def post(self, request):
         data = _validated(s.SessionUpsertInput, _body(request))
