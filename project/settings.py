@@ -300,7 +300,14 @@ REST_FRAMEWORK = {
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "askcards agent API",
-    "DESCRIPTION": "Ask people structured questions on Feishu, DingTalk and the web panel.",
+    "DESCRIPTION": (
+        "Ask people structured questions on Feishu, DingTalk and the web panel.\n\n"
+        "Every error is `{\"error\": {\"code\", \"message\"}}`; each operation lists the statuses and codes it "
+        "may answer. Request bodies and query parameters are exactly as declared: an unknown field, a value out "
+        "of its range, a query parameter given empty or twice is a 400 `invalid_input` naming it. A method an "
+        "operation's path does not list is answered 405 `method_not_allowed`, with an `Allow` header naming the "
+        "methods it takes. A body over the server's limit is a 413 `request_too_large` on any path."
+    ),
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "SERVE_AUTHENTICATION": [],

@@ -119,3 +119,42 @@ async def test_wait_gets_the_answer_though_the_channel_layer_fails_under_it(agen
     assert time.monotonic() - answered_at < 1 + 2 * events.LAYER_RETRY_SECONDS
     assert layer.failed_receives == 1
     assert response["status"] == 200 and json.loads(response["body"])["status"] == "answered"
+
+
+# The long-poll routes are served ahead of Django (LongPollApp): a method their view has no handler
+# for is its 405, with Allow, whatever body the request carries, and none of that body is read.
+NOT_SERVED = [
+    ("GET", "/api/v1/tools/call", "POST, OPTIONS"),
+    ("DELETE", "/api/v1/tools/call", "POST, OPTIONS"),
+    ("PUT", "/api/v1/asks/{ask_id}/wait", "GET, POST, HEAD, OPTIONS"),
+    ("POST", "/api/v1/events", "GET, HEAD, OPTIONS"),
+    ("TRACE", "/api/v1/events", "GET, HEAD, OPTIONS"),
+]
+
+
+@pytest.mark.parametrize("method,path,allow", NOT_SERVED, ids=[f"{m} {p}" for m, p, _ in NOT_SERVED])
+@pytest.mark.parametrize("body_bytes", [0, 20, 1024 * 1024], ids=["no-body", "small-body", "1MB-streamed"])
+async def test_a_method_a_long_poll_route_has_not_is_405_with_allow_and_its_body_unread(
+    agent_and_key, pending_ask, method, path, allow, body_bytes
+):
+    from tests.security.edge_client import call
+
+    headers = [("authorization", f"Bearer {agent_and_key[1]}"), ("content-type", "application/json")]
+    if body_bytes == 20:
+        exchange = await call(method, path.format(ask_id=pending_ask.id), headers=headers, body=b'{"wait": 0, "x": 1}')
+    else:
+        exchange = await call(method, path.format(ask_id=pending_ask.id), headers=headers, stream_bytes=body_bytes)
+    assert exchange.status == 405, exchange.body[:300]
+    assert exchange.headers["allow"] == allow
+    error = exchange.json()["error"]
+    assert error["code"] == "method_not_allowed" and method in error["message"]
+    assert exchange.pulled_bytes == 0
+
+
+async def test_a_method_a_long_poll_route_has_not_still_needs_the_key_first(pending_ask):
+    from tests.security.edge_client import call
+
+    exchange = await call("GET", "/api/v1/tools/call", headers=[("content-type", "application/json")], stream_bytes=1024 * 1024)
+    assert exchange.status == 401
+    assert exchange.json()["error"]["code"] == "not_authenticated"
+    assert exchange.pulled_bytes == 0

@@ -85,7 +85,8 @@ class LongPollApp:
     ``askcards.edge``: ``Host`` checked, the security headers added, the body bounded. A ``GET``
     takes no body; a body (``POST``) is refused by ``Content-Length`` first, then the agent key is
     checked, and only then is the body read (at most ``DATA_UPLOAD_MAX_MEMORY_SIZE``): an
-    unauthenticated client cannot make the server buffer anything."""
+    unauthenticated client cannot make the server buffer anything. A method the view has no
+    handler for is the view's 405 (with ``Allow``), its body never read."""
 
     BODILESS = frozenset({"GET", "HEAD"})
 
@@ -94,9 +95,14 @@ class LongPollApp:
 
     async def __call__(self, scope, receive, send):
         kwargs = scope.get("url_route", {}).get("kwargs", {})
+        agent = None
         try:
             request = edge.request_for(scope)
-            if scope["method"] in self.BODILESS:
+            if not self._handles(scope["method"]):
+                # The view answers 405 with its Allow header (after the agent key, as every API view
+                # does), whatever body came: none of it is read.
+                body = b""
+            elif scope["method"] in self.BODILESS:
                 body = await edge.read_body(scope, receive, 0)
             else:
                 limit = edge.default_body_limit()
@@ -112,7 +118,7 @@ class LongPollApp:
         if body is None:  # client went away
             return
         request = ASGIRequest(scope, BytesIO(body))
-        if scope["method"] not in self.BODILESS:
+        if agent is not None:
             # Authenticated above, before the body was read: DRF's Request takes this attribute
             # as the authenticated user instead of checking the key a second time.
             request._force_auth_user = agent
@@ -129,6 +135,14 @@ class LongPollApp:
             if response is None:  # client went away
                 return
         await edge.send_response(send, response, request)
+
+    def _handles(self, method: str) -> bool:
+        """Whether the view has a handler for ``method`` (HEAD is GET's, as in Django's View)."""
+        view_class = self.view.view_class  # type: ignore[attr-defined]  # set by as_view()
+        name = method.lower()
+        if name == "head":
+            name = "get"
+        return name in view_class.http_method_names and hasattr(view_class, name)
 
     def _authenticate(self, request, kwargs):
         """``(agent, None)``, or ``(None, the view's own rendered error response)`` when the request

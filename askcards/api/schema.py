@@ -1,18 +1,21 @@
-"""The served OpenAPI schema's error responses: which error codes each operation may answer, under
-which status, each documented with the one error shape (``ErrorOutput``).
+"""The served OpenAPI schema's contract beyond the serializers: which error codes each operation
+may answer, under which status, each documented with the one error shape (``ErrorOutput``); the
+response headers those errors carry; and request bodies that are closed objects.
 
-The codes are the ones the API really sends (``askcards.errors``, ``askcards.api.auth``,
+The codes are the ones the API sends (``askcards.errors``, ``askcards.api.auth``,
 ``askcards.api.errors``, ``askcards.edge``); tests/api/test_schema.py provokes each documented
-status of every operation and checks the body against this schema and its code against the list.
-No 429: the API has no rate limit.
+status of every operation and checks the body against this schema and its code against the list,
+and tests/api/test_schemathesis.py runs schemathesis against the schema the app serves.
 """
 from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import OpenApiResponse
+from drf_spectacular.extensions import OpenApiSerializerExtension
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 
-from askcards.errors import AskNotPending, InvalidInput, NotFound, UnknownTool, WebUserNotGranted
+from askcards.errors import AskNotPending, BotNotGranted, InvalidInput, NotFound, UnknownTool, WebUserNotGranted
 
 # code -> (HTTP status, when it is sent)
 CODES: dict[str, tuple[int, str]] = {
@@ -24,15 +27,18 @@ CODES: dict[str, tuple[int, str]] = {
     "invalid_key": (401, "the Authorization header or the key is wrong"),
     "agent_inactive": (401, "the agent was deactivated"),
     WebUserNotGranted.code: (WebUserNotGranted.status, "the session names a web user no operator granted this agent"),
+    BotNotGranted.code: (BotNotGranted.status, "the session names a bot no operator granted this agent (or no active bot has that id)"),
     NotFound.code: (NotFound.status, "no such object of this agent (another agent's reads the same), or a `format`"),
     "not_acceptable": (406, "the Accept header excludes application/json"),
     AskNotPending.code: (AskNotPending.status, "the ask had already ended"),
     "request_too_large": (413, "the body is over the limit (any body, on a long-poll GET)"),
     "unsupported_media_type": (415, "the body is not application/json"),
+    "quota_exceeded": (429, "a quota of this agent is used up; `Retry-After` says in how many seconds to try again"),
 }
 
 # Every code an error body may carry (``ErrorCodeEnum``): the documented ones, and the 405 a method
-# no operation has is answered with (no operation documents it, as it is not one of them).
+# no operation has is answered with (no operation documents it, as it is not one of them: the
+# schema's description says it).
 ERROR_CODES = (*CODES, "method_not_allowed")
 
 # What every operation may answer, whatever it does.
@@ -49,17 +55,64 @@ ANY = (
 BODY = (InvalidInput.code, "malformed_json", "unsupported_media_type")
 QUERY = (InvalidInput.code,)
 
+# The headers error responses carry, by status.
+HEADERS = [
+    OpenApiParameter(
+        "WWW-Authenticate", OpenApiTypes.STR, OpenApiParameter.HEADER, response=[401], required=True,
+        description="`Bearer`: the scheme the agent key is sent with",
+    ),
+    OpenApiParameter(
+        "Retry-After", OpenApiTypes.INT, OpenApiParameter.HEADER, response=[429], required=True,
+        description="Seconds until the request may succeed",
+    ),
+]
 
-def responses(ok: dict[int, Any], *codes: str) -> dict[int, Any]:
+
+def responses(ok: dict[int, Any], *codes: str, when: dict[str, str] | None = None) -> dict[int, Any]:
     """An operation's responses: ``ok`` (status -> output serializer), then one error response per
-    status among ``ANY`` and ``codes``, its description listing those codes."""
+    status among ``ANY`` and ``codes``, its description listing those codes (``when``: what a code
+    means for this operation, instead of its general description)."""
     from .serializers import ErrorOutput  # serializers read ERROR_CODES from here
 
+    when = when or {}
     by_status: dict[int, list[str]] = {}
     for code in dict.fromkeys(ANY + codes):
         by_status.setdefault(CODES[code][0], []).append(code)
     documented: dict[int, Any] = dict(ok)
     for status, listed in sorted(by_status.items()):
-        description = "; ".join(f"`{code}`: {CODES[code][1]}" for code in listed)
+        description = "; ".join(f"`{code}`: {when.get(code, CODES[code][1])}" for code in listed)
         documented[status] = OpenApiResponse(ErrorOutput, description=description)
     return documented
+
+
+def operation(
+    operation_id: str,
+    ok: dict[int, Any],
+    *codes: str,
+    when: dict[str, str] | None = None,
+    parameters: list[Any] | None = None,
+    **kwargs: Any,
+):
+    """``extend_schema`` for one operation: its responses (``responses``), the query parameters
+    (a ``QueryParams`` serializer, each field one parameter with its constraints) and the headers
+    its error responses carry."""
+    return extend_schema(
+        operation_id=operation_id,
+        responses=responses(ok, *codes, when=when),
+        parameters=[*(parameters or []), *HEADERS],
+        **kwargs,
+    )
+
+
+class ClosedRequestBodies(OpenApiSerializerExtension):
+    """Request bodies are closed objects (``additionalProperties: false``): ``StrictSerializer``
+    answers 400 to a key it does not know, so the schema says so."""
+
+    target_class = "askcards.api.serializers.StrictSerializer"
+    match_subclasses = True
+
+    def map_serializer(self, auto_schema, direction):
+        schema = auto_schema._map_serializer(self.target, direction, bypass_extensions=True)
+        if direction == "request":
+            schema["additionalProperties"] = False
+        return schema

@@ -9,15 +9,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.core.validators import RegexValidator
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from askcards import tools
+from askcards import services, tools
 from askcards.models import Ask, ProgressCard, Session
 from askcards.selectors import AskOutput, EventOutput, IsoDateTime, OutputSerializer, SessionRefOutput
 
 from .schema import ERROR_CODES
 
 MAX_WAIT_SECONDS = 60
+# Sequence numbers and other integers the database stores as 64-bit.
+MAX_BIGINT = 2**63 - 1
 # POST /tools/call's status (ToolCallStatusEnum): the ask's status when the call made or found an
 # ask; "failed" for a tool-level failure before one; "ok" (a DingTalk list) and "cancelled" (a
 # DingTalk cancel) for actions that make none.
@@ -36,12 +40,61 @@ class StrictSerializer(serializers.Serializer):
         return super().to_internal_value(data)
 
 
-class JsonString(serializers.CharField):
+# What the schema says of a text that may not be blank: surrounding whitespace is trimmed (DRF's
+# CharField), so a text of whitespace alone is blank. It documents that rule; the check itself is
+# CharField's ("This field may not be blank."), which runs first.
+NOT_BLANK = RegexValidator(r"\S", message="This field may not be blank.")
+
+
+class Text(serializers.CharField):
+    """Text as the schema declares it: ``max_length`` counts what was sent (before the trimming
+    of surrounding whitespace), and a text that may not be blank has a ``\\S`` pattern."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        if not self.allow_blank:
+            self.validators.append(NOT_BLANK)
+
+    def to_internal_value(self, data):
+        if isinstance(data, str) and self.max_length is not None and len(data) > self.max_length:
+            self.fail("max_length", max_length=self.max_length)
+        return super().to_internal_value(data)
+
+
+class JsonString(Text):
     """A JSON string: a number or boolean sent for a text field is an error, not silently text."""
 
     def to_internal_value(self, data):
         if not isinstance(data, str):
             self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class WebUrl(JsonString):
+    """An http:// or https:// URL without whitespace, or blank: what a card can link to. Not
+    trimmed, so the pattern the schema declares is exactly what is checked."""
+
+    PATTERN = r"^(?:https?://[^\s/?#]+(?:[/?#]\S*)?)?$"
+
+    def __init__(self, **kwargs):
+        super().__init__(trim_whitespace=False, allow_blank=True, **kwargs)
+        self.validators.append(RegexValidator(
+            self.PATTERN, message="Enter an http:// or https:// URL without spaces, or an empty string for no link."
+        ))
+
+
+@extend_schema_field({"type": "string", "enum": list(tools.REGISTRY)})
+class ToolName(serializers.CharField):
+    """A tool's name: the schema lists the tools. A name that is none of them is still read here
+    and refused by the call itself (400 ``unknown_tool``, naming the tools there are)."""
+
+    MAX_LENGTH = 64  # longer is no tool's name, and is not echoed back
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid")
+        if len(data) > self.MAX_LENGTH:
+            raise serializers.ValidationError(f"Ensure this field has no more than {self.MAX_LENGTH} characters.")
         return super().to_internal_value(data)
 
 
@@ -51,6 +104,24 @@ class JsonInteger(serializers.IntegerField):
     def to_internal_value(self, data):
         if isinstance(data, str):
             self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class QueryParams(StrictSerializer):
+    """A GET's query parameters. A parameter given empty (``limit=``) or more than once is an error,
+    not its default or whichever came last: the schema declares each as one value of its type."""
+
+    def to_internal_value(self, data):
+        if hasattr(data, "getlist"):
+            problems = {}
+            for name in self.fields:
+                values = data.getlist(name)
+                if len(values) > 1:
+                    problems[name] = [f"given {len(values)} times; give it once"]
+                elif values == [""]:
+                    problems[name] = ["empty; give a value, or leave the parameter out for its default"]
+            if problems:
+                raise serializers.ValidationError(problems)
         return super().to_internal_value(data)
 
 
@@ -86,13 +157,13 @@ class ProgressInput(StrictSerializer):
         max_length=200, required=False, allow_blank=True, default="",
         help_text="Open_id of the person the task answers (owns the card's forms and cancel button); default the session's user_id",
     )
-    detail_url = serializers.URLField(max_length=1000, required=False, allow_blank=True)
+    detail_url = WebUrl(max_length=1000, required=False, help_text="The card's detail button opens it; empty for none")
     reply_to = JsonString(max_length=200, required=False, allow_blank=True, default="", help_text="Message id the first card replies to")
 
 
 class ToolCallInput(StrictSerializer):
     session = JsonString(max_length=500, help_text="Session id or key")
-    name = JsonString(max_length=64)
+    name = ToolName()
     arguments = serializers.JSONField(
         allow_null=True,  # any JSON the model produced, null too: a wrong value is a tool-level failure
         help_text="The model's tool input, validated against the tool's input_schema",
@@ -100,17 +171,24 @@ class ToolCallInput(StrictSerializer):
     call_id = JsonString(max_length=200, required=False, allow_null=True, help_text="Idempotency key")
     sender_id = JsonString(max_length=200, required=False, allow_blank=True, default="")
     wait = JsonInteger(min_value=0, max_value=MAX_WAIT_SECONDS, required=False, default=0)
-    timeout_seconds = JsonInteger(min_value=1, required=False, allow_null=True)
+    timeout_seconds = JsonInteger(
+        min_value=1, max_value=services.MAX_TIMEOUT_SECONDS, required=False, allow_null=True,
+        help_text="The ask's deadline in seconds (at most 13 days: Feishu cards stop working after 14); "
+        "dingtalk_ask_user_question takes its own timeoutMinutes instead",
+    )
 
 
-class AskListQuery(StrictSerializer):
-    session = serializers.CharField(required=False, max_length=500)
-    status = serializers.ChoiceField(choices=Ask.Status.choices, required=False)
-    limit = serializers.IntegerField(min_value=1, max_value=200, required=False, default=50)
+class AskListQuery(QueryParams):
+    session = Text(required=False, max_length=500, help_text="Only this session's asks: its id or key")
+    status = serializers.ChoiceField(choices=Ask.Status.choices, required=False, help_text="Only asks in this status")
+    limit = serializers.IntegerField(min_value=1, max_value=200, required=False, default=50, help_text="At most this many asks, newest first")
 
 
-class WaitQuery(StrictSerializer):
-    timeout = serializers.IntegerField(min_value=0, max_value=MAX_WAIT_SECONDS, required=False, default=30)
+class WaitQuery(QueryParams):
+    timeout = serializers.IntegerField(
+        min_value=0, max_value=MAX_WAIT_SECONDS, required=False, default=30,
+        help_text="Wait up to this many seconds while the ask is open; 0 answers at once",
+    )
 
 
 class CancelInput(StrictSerializer):
@@ -119,10 +197,16 @@ class CancelInput(StrictSerializer):
     )
 
 
-class EventsQuery(StrictSerializer):
-    after = serializers.IntegerField(min_value=0, required=False, default=0)
-    wait = serializers.IntegerField(min_value=0, max_value=MAX_WAIT_SECONDS, required=False, default=0)
-    limit = serializers.IntegerField(min_value=1, max_value=500, required=False, default=100)
+class EventsQuery(QueryParams):
+    after = serializers.IntegerField(
+        min_value=0, max_value=MAX_BIGINT, required=False, default=0,
+        help_text="Return events after this seq (the last you have)",
+    )
+    wait = serializers.IntegerField(
+        min_value=0, max_value=MAX_WAIT_SECONDS, required=False, default=0,
+        help_text="Long-poll up to this many seconds when nothing is new",
+    )
+    limit = serializers.IntegerField(min_value=1, max_value=500, required=False, default=100, help_text="At most this many events")
 
 
 class WaitInput(StrictSerializer):
@@ -130,7 +214,7 @@ class WaitInput(StrictSerializer):
 
 
 class EventsAckInput(StrictSerializer):
-    upto = JsonInteger(min_value=0, help_text="The last seq you have handled: acknowledges it and all before")
+    upto = JsonInteger(min_value=0, max_value=MAX_BIGINT, help_text="The last seq you have handled: acknowledges it and all before")
 
 
 # ------------------------------------------------------------------------------ outputs

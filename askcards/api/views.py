@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -20,6 +19,15 @@ from askcards.models import Ask
 from . import schema
 from . import serializers as s
 from .longpoll import LongPoll, LongPollResponse
+
+
+# What a 404 means where the path names an object: the schema cannot know which ids exist.
+NO_SESSION = "the path names no session of this agent (an id or key that does not exist, or another agent's), or a `format`"
+NO_ASK = "the path names no ask of this agent (an id that does not exist, or another agent's), or a `format`"
+TOO_MANY_WAITS = (
+    "this agent already has as many parked waits as its quota allows; `Retry-After` says in how many seconds "
+    "to try again"
+)
 
 
 def _validated(serializer_class, data) -> dict[str, Any]:
@@ -39,10 +47,20 @@ def _body(request) -> Any:
 
 
 class SessionUpsertApi(APIView):
-    @extend_schema(
-        operation_id="session_upsert",
+    @schema.operation(
+        "session_upsert",
+        {200: s.SessionOutput, 201: s.SessionOutput},
+        *schema.BODY, "web_user_not_granted", "bot_not_granted",
         request=s.SessionUpsertInput,
-        responses=schema.responses({200: s.SessionOutput, 201: s.SessionOutput}, *schema.BODY, "web_user_not_granted"),
+        when={
+            "invalid_input": "a field is wrong; or, what the schema cannot know: the platform of a new `key` cannot be "
+            "inferred (give `platform`), or the user id a Feishu key names is too long for a user id",
+            "not_found": "`parent` is no session of this agent",
+        },
+        description="Create the session of `key`, or update the fields given (201 created, 200 updated). "
+        "Values the schema cannot check are answered with a declared 4xx: a `bot` that is not granted to this "
+        "agent or no active bot (403, the same answer), a `web_user` not granted (403), a `parent` that is no "
+        "session of this agent (404), a new `key` whose platform cannot be inferred without `platform` (400).",
     )
     def post(self, request):
         data = _validated(s.SessionUpsertInput, _body(request))
@@ -56,23 +74,21 @@ class SessionUpsertApi(APIView):
 
 
 class SessionDetailApi(APIView):
-    @extend_schema(operation_id="session_read", responses=schema.responses({200: s.SessionOutput}))
+    @schema.operation("session_read", {200: s.SessionOutput}, when={"not_found": NO_SESSION})
     def get(self, request, session_id: str):
         return Response(s.SessionOutput.of(selectors.session_get(agent=request.user, session_ref=session_id)))
 
 
 class SessionToolsApi(APIView):
-    @extend_schema(operation_id="session_tools", responses=schema.responses({200: s.ToolOutput(many=True)}))
+    @schema.operation("session_tools", {200: s.ToolOutput(many=True)}, when={"not_found": NO_SESSION})
     def get(self, request, session_id: str):
         session = selectors.session_get(agent=request.user, session_ref=session_id)
         return Response([s.ToolOutput.of(tool) for tool in s.offered_tools(session)])
 
 
 class SessionMessageApi(APIView):
-    @extend_schema(
-        operation_id="session_message",
-        request=s.MessageInput,
-        responses=schema.responses({200: s.RecoverOutput}, *schema.BODY),
+    @schema.operation(
+        "session_message", {200: s.RecoverOutput}, *schema.BODY, request=s.MessageInput, when={"not_found": NO_SESSION}
     )
     def post(self, request, session_id: str):
         session = selectors.session_get(agent=request.user, session_ref=session_id)
@@ -84,10 +100,8 @@ class SessionMessageApi(APIView):
 class SessionProgressApi(APIView):
     """The Feishu progress card of the session's current run (SPEC §6.1); asks mount on it."""
 
-    @extend_schema(
-        operation_id="session_progress",
-        request=s.ProgressInput,
-        responses=schema.responses({200: s.ProgressOutput}, *schema.BODY),
+    @schema.operation(
+        "session_progress", {200: s.ProgressOutput}, *schema.BODY, request=s.ProgressInput, when={"not_found": NO_SESSION}
     )
     def put(self, request, session_id: str):
         session = selectors.session_get(agent=request.user, session_ref=session_id)
@@ -97,10 +111,8 @@ class SessionProgressApi(APIView):
 
 
 class SessionRecoverApi(APIView):
-    @extend_schema(
-        operation_id="session_recover",
-        request=None,
-        responses=schema.responses({200: s.RecoverOutput}, *schema.BODY),
+    @schema.operation(
+        "session_recover", {200: s.RecoverOutput}, *schema.BODY, request=None, when={"not_found": NO_SESSION}
     )
     def post(self, request, session_id: str):
         session = selectors.session_get(agent=request.user, session_ref=session_id)
@@ -109,11 +121,7 @@ class SessionRecoverApi(APIView):
 
 
 class AgentRecoverApi(APIView):
-    @extend_schema(
-        operation_id="agent_recover",
-        request=None,
-        responses=schema.responses({200: s.RecoverOutput}, *schema.BODY),
-    )
+    @schema.operation("agent_recover", {200: s.RecoverOutput}, *schema.BODY, request=None)
     def post(self, request):
         _validated(s.NoInput, _body(request))
         return Response(s.RecoverOutput.of({"invalidated": services.agent_recover(agent=request.user)}))
@@ -157,10 +165,24 @@ def _tool_call_data(ask: Ask) -> dict[str, Any]:
 class ToolCallApi(APIView):
     """Run a tool call. With ``wait``, a blocking call waits up to that many seconds for its result."""
 
-    @extend_schema(
-        operation_id="tool_call",
+    @schema.operation(
+        "tool_call",
+        {200: s.ToolCallOutput},
+        *schema.BODY, "unknown_tool", "web_user_not_granted", "bot_not_granted", "quota_exceeded",
         request=s.ToolCallInput,
-        responses=schema.responses({200: s.ToolCallOutput}, *schema.BODY, "unknown_tool", "web_user_not_granted"),
+        when={
+            "web_user_not_granted": "the session's web user is not (or no longer) granted to this agent",
+            "bot_not_granted": "the session's bot is not (or no longer) granted to this agent",
+            "not_found": "`session` is no session of this agent",
+            "quota_exceeded": "the call would make an ask past a quota of this agent: too many pending asks, "
+            "too many pending asks for one respondent, or asks made too fast; `Retry-After` says in how many "
+            "seconds to try again",
+        },
+        description="Run a tool call. With `wait`, a blocking call waits up to that many seconds for its result. "
+        "Answers 200 whenever the tool ran, failures the model must see included (`status: failed`, "
+        "`tool_result` says why: arguments are checked against the tool's own `input_schema`, not here). "
+        "Values the schema cannot check are answered with a declared 4xx: a `session` that is no session "
+        "of this agent (404), one whose web user or bot is not granted (403).",
     )
     def post(self, request):
         data = _validated(s.ToolCallInput, _body(request))
@@ -184,14 +206,12 @@ class ToolCallApi(APIView):
 
 
 class AskListApi(APIView):
-    @extend_schema(
-        operation_id="ask_list",
-        parameters=[
-            OpenApiParameter("session", str, description="Session id or key"),
-            OpenApiParameter("status", str, enum=Ask.Status.values),
-            OpenApiParameter("limit", int, description="1-200, default 50"),
-        ],
-        responses=schema.responses({200: s.AskListOutput}, *schema.QUERY),
+    @schema.operation(
+        "ask_list",
+        {200: s.AskListOutput},
+        *schema.QUERY,
+        parameters=[s.AskListQuery],
+        when={"not_found": "`session` is no session of this agent, or a `format`"},
     )
     def get(self, request):
         query = _validated(s.AskListQuery, request.query_params)
@@ -205,7 +225,7 @@ class AskListApi(APIView):
 class AskDetailApi(APIView):
     """Read an ask. A terminal ask's result read here is not yet delivered: see POST /asks/{id}/wait."""
 
-    @extend_schema(operation_id="ask_read", responses=schema.responses({200: s.AskOutput}))
+    @schema.operation("ask_read", {200: s.AskOutput}, when={"not_found": NO_ASK})
     def get(self, request, ask_id: str):
         return Response(s.AskOutput.of(selectors.ask_get(agent=request.user, ask_id=ask_id)))
 
@@ -217,19 +237,17 @@ class AskWaitApi(APIView):
     handed over (its ask.closed event is not webhooked; the answers' retention clock starts), as
     a result in the tools/call response does. ``POST {"timeout": 0}`` takes it without waiting."""
 
-    @extend_schema(
-        operation_id="ask_wait",
-        parameters=[OpenApiParameter("timeout", int, description="0-60 seconds, default 30")],
-        responses=schema.responses({200: s.AskOutput}, *schema.QUERY),
+    @schema.operation(
+        "ask_wait", {200: s.AskOutput}, *schema.QUERY, "quota_exceeded", parameters=[s.WaitQuery],
+        when={"not_found": NO_ASK, "quota_exceeded": TOO_MANY_WAITS},
     )
     def get(self, request, ask_id: str):
         query = _validated(s.WaitQuery, request.query_params)
         return self._wait(request.user, ask_id, query["timeout"], deliver=False)
 
-    @extend_schema(
-        operation_id="ask_wait_deliver",
-        request=s.WaitInput,
-        responses=schema.responses({200: s.AskOutput}, *schema.BODY),
+    @schema.operation(
+        "ask_wait_deliver", {200: s.AskOutput}, *schema.BODY, "quota_exceeded", request=s.WaitInput,
+        when={"not_found": NO_ASK, "quota_exceeded": TOO_MANY_WAITS},
     )
     def post(self, request, ask_id: str):
         data = _validated(s.WaitInput, _body(request))
@@ -243,10 +261,9 @@ class AskWaitApi(APIView):
 
 
 class AskCancelApi(APIView):
-    @extend_schema(
-        operation_id="ask_cancel",
-        request=s.CancelInput,
-        responses=schema.responses({200: s.AskOutput}, *schema.BODY, "ask_not_pending"),
+    @schema.operation(
+        "ask_cancel", {200: s.AskOutput}, *schema.BODY, "ask_not_pending", request=s.CancelInput,
+        when={"not_found": NO_ASK},
     )
     def post(self, request, ask_id: str):
         data = _validated(s.CancelInput, _body(request))
@@ -267,14 +284,9 @@ def _events_page(agent, after: int, limit: int, *, final: bool) -> dict[str, Any
 class EventsApi(APIView):
     """The agent's events after ``after``. Reading acknowledges nothing: POST /events/ack does."""
 
-    @extend_schema(
-        operation_id="events_read",
-        parameters=[
-            OpenApiParameter("after", int, description="Return events after this seq (the last you have); default 0"),
-            OpenApiParameter("wait", int, description="Long-poll up to this many seconds (0-60) when nothing is new"),
-            OpenApiParameter("limit", int, description="1-500, default 100"),
-        ],
-        responses=schema.responses({200: s.EventsOutput}, *schema.QUERY),
+    @schema.operation(
+        "events_read", {200: s.EventsOutput}, *schema.QUERY, "quota_exceeded", parameters=[s.EventsQuery],
+        when={"quota_exceeded": TOO_MANY_WAITS},
     )
     def get(self, request):
         query = _validated(s.EventsQuery, request.query_params)
@@ -296,11 +308,7 @@ class EventsAckApi(APIView):
     """The agent has handled its events up to ``upto``: they count as delivered (not webhooked
     again; the results they carry start their retention clock). Acknowledging again is harmless."""
 
-    @extend_schema(
-        operation_id="events_ack",
-        request=s.EventsAckInput,
-        responses=schema.responses({200: s.EventsAckOutput}, *schema.BODY),
-    )
+    @schema.operation("events_ack", {200: s.EventsAckOutput}, *schema.BODY, request=s.EventsAckInput)
     def post(self, request):
         data = _validated(s.EventsAckInput, _body(request))
         acknowledged = services.events_acknowledge(agent=request.user, upto=data["upto"])

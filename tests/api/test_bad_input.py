@@ -178,6 +178,7 @@ WRONG_TYPES = [
     ("session-upsert", {"key": "   ", "platform": "web"}, "key"),
     ("session-upsert", {"key": None, "platform": "web"}, "key"),
     ("session-upsert", {"key": "k" * 501, "platform": "web"}, "key"),
+    ("session-upsert", {"key": " " + "k" * 500, "platform": "web"}, "key"),  # length counts what was sent
     ("session-upsert", {"key": "web/x", "platform": "sms"}, "platform"),
     ("session-upsert", {"key": "web/x", "platform": 5}, "platform"),
     ("session-upsert", {"key": "web/x", "platform": "web", "chat_type": "dm"}, "chat_type"),
@@ -196,6 +197,11 @@ WRONG_TYPES = [
     ("tool-call", {"session": None}, "session"),
     ("tool-call", {"name": 5}, "name"),
     ("tool-call", {"name": ["ask_user_questions"]}, "name"),
+    ("tool-call", {"name": "n" * 65}, "name"),
+    ("session-progress", {"status": "running", "detail_url": "ftp://files.example/a"}, "detail_url"),
+    ("session-progress", {"status": "running", "detail_url": "https://ci.example/run 42"}, "detail_url"),
+    ("session-progress", {"status": "running", "detail_url": " https://ci.example/run/42"}, "detail_url"),
+    ("session-progress", {"status": "running", "detail_url": "https://"}, "detail_url"),
     ("tool-call", {"call_id": 5}, "call_id"),
     ("tool-call", {"call_id": ""}, "call_id"),
     ("tool-call", {"sender_id": []}, "sender_id"),
@@ -210,6 +216,7 @@ WRONG_TYPES = [
     ("events-ack", {"upto": -1}, "upto"),
     ("events-ack", {"upto": 1.5}, "upto"),
     ("events-ack", {"upto": None}, "upto"),
+    ("events-ack", {"upto": 2**63}, "upto"),
 ]
 MISSING_FIELDS = [("tool-call", field) for field in ("session", "name", "arguments")] + [("events-ack", "upto")]
 
@@ -306,6 +313,15 @@ BAD_QUERIES = [
     ("ask-wait", {"timeout": "-1"}, "timeout"),
     ("ask-wait", {"timeout": "soon"}, "timeout"),
     ("ask-wait", {"wait": "5"}, "wait"),
+    # Empty is not the default: the schema declares each parameter as one value of its type.
+    ("ask-list", {"limit": ""}, "limit"),
+    ("ask-list", {"status": ""}, "status"),
+    ("ask-list", {"session": ""}, "session"),
+    ("ask-list", {"session": "   "}, "session"),
+    ("events", {"after": ""}, "after"),
+    ("events", {"after": str(2**63)}, "after"),
+    ("events", {"wait": ""}, "wait"),
+    ("ask-wait", {"timeout": ""}, "timeout"),
 ]
 
 
@@ -317,6 +333,19 @@ def test_bad_query_parameter_is_400_naming_the_parameter(api, ids, name, query, 
     assert code == "invalid_input"
     assert message.startswith(f"{param}: ")
     assert db_state() == before
+
+
+@pytest.mark.parametrize("query", ["limit=5&limit=6", "limit=5&limit="], ids=["twice", "twice-one-empty"])
+def test_query_parameter_given_twice_is_400_naming_it(api, query):
+    code, message = error_of(api.get(f"/api/v1/asks?{query}"), 400)
+    assert code == "invalid_input"
+    assert message == "limit: given 2 times; give it once"
+
+
+def test_empty_query_parameter_says_what_to_do(api):
+    code, message = error_of(api.get("/api/v1/events?limit="), 400)
+    assert code == "invalid_input"
+    assert message == "limit: empty; give a value, or leave the parameter out for its default"
 
 
 def test_many_query_parameters_get_a_json_400(api):

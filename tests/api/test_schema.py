@@ -10,6 +10,7 @@ every documented object closed (``additionalProperties: false``), so an undocume
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -27,6 +28,9 @@ from tests.security.edge_client import call
 pytestmark = pytest.mark.django_db(transaction=True)
 
 HUGE = 150 * 1024 * 1024  # declared, never sent
+# Codes the schema declares whose implementation lands separately (per-agent quotas): a status
+# whose every documented code is one of these cannot be provoked here yet.
+NOT_SENT_YET = {"quota_exceeded"}
 MISSING = {"session_id": "s_" + "0" * 32, "ask_id": "q_" + "0" * 32}
 
 
@@ -102,6 +106,8 @@ class Schema:
         self.validate(body, documented["content"]["application/json"]["schema"])
         if exchange.status >= 400:
             assert f"`{body['error']['code']}`" in documented["description"], what
+        for header in documented.get("headers", {}):  # WWW-Authenticate on a 401
+            assert header.lower() in exchange.headers, f"no {header} header: {what}"
         self.seen.setdefault((method, template), set()).add(exchange.status)
 
 
@@ -189,10 +195,14 @@ def errors(operation: str, method: str, template: str, path: str, w: dict[str, A
         failing.append(Request(method, f"{path}?colour_typo=1"))  # 400 invalid_input
     call_body = {"session": w["session"].id, "name": "ask_user_questions", "arguments": {"questions": QUESTIONS}}
     failing += {
-        "session_upsert": [Request(method, path, {"key": "web/carol", "platform": "web", "web_user": "carol"})],  # 403
+        "session_upsert": [
+            Request(method, path, {"key": "web/carol", "platform": "web", "web_user": "carol"}),  # 403 web user
+            Request(method, path, {"key": "feishu-cli_nope-private-ou_a", "bot": "cli_nope"}),  # 403 bot
+        ],
         "tool_call": [
             Request(method, path, {**call_body, "name": "no_such_tool"}),  # 400 unknown_tool
-            Request(method, path, {**call_body, "session": w["revoked_session"].id}),  # 403
+            Request(method, path, {**call_body, "session": w["revoked_session"].id}),  # 403 web user
+            Request(method, path, {**call_body, "session": w["revoked_bot_session"].id}),  # 403 bot
         ],
         "ask_cancel": [Request(method, f"/api/v1/asks/{w['cancelled'].id}/cancel", {})],  # 409
     }.get(operation, [])
@@ -204,10 +214,14 @@ def errors(operation: str, method: str, template: str, path: str, w: dict[str, A
 
 @pytest.fixture
 def everything(agent, world, dingtalk_collection) -> dict[str, Any]:
-    """The API tests' world, a DingTalk collection, and a session whose web user was revoked."""
+    """The API tests' world, a DingTalk collection, and sessions whose web user or bot was revoked."""
     revoked, _ = services.session_upsert(agent=agent, key="web/bob", platform="web", web_user="bob")
     services.agent_revoke(agent=agent, username="bob", actor="test")
-    return {**world, "collection": dingtalk_collection, "revoked_session": revoked}
+    bot = services.bot_add(platform="feishu", app_id="cli_gone", app_secret="secret", base_url="http://127.0.0.1:9")
+    services.agent_bot_grant(agent=agent, bot=bot, actor="test")
+    revoked_bot, _ = services.session_upsert(agent=agent, key="feishu-cli_gone-private-ou_alice", bot=bot)
+    services.agent_bot_revoke(agent=agent, bot=bot, actor="test")
+    return {**world, "collection": dingtalk_collection, "revoked_session": revoked, "revoked_bot_session": revoked_bot}
 
 
 OPERATIONS = [
@@ -254,7 +268,11 @@ async def test_real_responses_match_the_served_schema(schema, agent_and_key, eve
         exchange = await send(request, agent_and_key[1])
         assert exchange.status < 300, (request, exchange.body[:300])
         schema.check(method, template, exchange)
-    documented = {int(status) for status in schema.documented(method, template)}
+    documented = {
+        int(status)
+        for status, response in schema.documented(method, template).items()
+        if int(status) < 400 or set(re.findall(r"`(\w+)`:", response["description"])) - NOT_SENT_YET
+    }
     assert schema.seen[(method, template)] == documented
 
 

@@ -83,3 +83,55 @@ def test_every_error_response_documents_the_error_shape():
                 schema = response["content"]["application/json"]["schema"]
                 assert schema == {"$ref": "#/components/schemas/ErrorOutput"}, (method, path, status)
                 assert "`" in response["description"], (method, path, status)  # lists its codes
+
+
+def test_request_bodies_are_closed_objects():
+    """The serializers refuse an unknown field (400), so every request body says so."""
+    document = generate()
+    bodies = {
+        operation["requestBody"]["content"]["application/json"]["schema"]["$ref"].rpartition("/")[2]
+        for item in document["paths"].values()
+        for operation in item.values()
+        if "requestBody" in operation
+    }
+    assert bodies
+    for name in bodies:
+        assert document["components"]["schemas"][name]["additionalProperties"] is False, name
+
+
+def test_query_parameters_declare_what_is_validated():
+    paths = generate()["paths"]
+
+    def query(path, method="get"):
+        return {p["name"]: p["schema"] for p in paths[path][method]["parameters"] if p["in"] == "query"}
+
+    assert query("/api/v1/asks")["limit"] == {"type": "integer", "minimum": 1, "maximum": 200, "default": 50}
+    assert query("/api/v1/asks")["session"] == {"type": "string", "minLength": 1, "maxLength": 500, "pattern": "\\S"}
+    assert query("/api/v1/asks/{ask_id}/wait")["timeout"] == {"type": "integer", "minimum": 0, "maximum": 60, "default": 30}
+    events = query("/api/v1/events")
+    assert events["after"] == {"type": "integer", "format": "int64", "minimum": 0, "maximum": 2**63 - 1, "default": 0}
+    assert events["wait"] == {"type": "integer", "minimum": 0, "maximum": 60, "default": 0}
+    assert events["limit"] == {"type": "integer", "minimum": 1, "maximum": 500, "default": 100}
+
+
+# Operations that answer 403 bot_not_granted, and those that will answer 429 quota_exceeded (Retry-After).
+QUOTA = {("post", "/api/v1/tools/call"), ("get", "/api/v1/asks/{ask_id}/wait"), ("post", "/api/v1/asks/{ask_id}/wait"),
+         ("get", "/api/v1/events")}
+BOT_GRANT = {("post", "/api/v1/sessions"), ("post", "/api/v1/tools/call")}
+
+
+def test_error_responses_declare_their_codes_and_headers():
+    document = generate()
+    for path, item in document["paths"].items():
+        for method, operation in item.items():
+            responses = operation["responses"]
+            assert "`invalid_key`" in responses["401"]["description"], (method, path)
+            assert "WWW-Authenticate" in responses["401"]["headers"], (method, path)
+            assert "`request_too_large`" in responses["413"]["description"], (method, path)
+            if (method, path) in QUOTA:
+                assert "`quota_exceeded`" in responses["429"]["description"], (method, path)
+                assert responses["429"]["headers"]["Retry-After"]["schema"] == {"type": "integer"}
+            else:
+                assert "429" not in responses, (method, path)
+            assert ((method, path) in BOT_GRANT) == ("`bot_not_granted`" in responses.get("403", {}).get("description", ""))
+    assert "405 `method_not_allowed`" in document["info"]["description"]
