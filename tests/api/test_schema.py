@@ -10,7 +10,6 @@ every documented object closed (``additionalProperties: false``), so an undocume
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -18,6 +17,7 @@ from unittest import mock
 
 import jsonschema
 import pytest
+from channels.db import database_sync_to_async
 from django.test import Client
 
 from askcards import crypto, outbox, services
@@ -28,9 +28,6 @@ from tests.security.edge_client import call
 pytestmark = pytest.mark.django_db(transaction=True)
 
 HUGE = 150 * 1024 * 1024  # declared, never sent
-# Codes the schema declares whose implementation lands separately (per-agent quotas): a status
-# whose every documented code is one of these cannot be provoked here yet.
-NOT_SENT_YET = {"quota_exceeded"}
 MISSING = {"session_id": "s_" + "0" * 32, "ask_id": "q_" + "0" * 32}
 
 
@@ -209,6 +206,17 @@ def errors(operation: str, method: str, template: str, path: str, w: dict[str, A
     return failing
 
 
+def quota_request(operation: str, path: str, w: dict[str, Any]) -> Request | None:
+    """A request of ``operation`` over one of the agent's quotas (429), for those that have one."""
+    call_body = {"session": w["session"].id, "name": "ask_user_questions", "arguments": {"questions": QUESTIONS}}
+    return {
+        "tool_call": Request("POST", path, call_body),
+        "ask_wait": Request("GET", f"{path}?timeout=1"),
+        "ask_wait_deliver": Request("POST", path, {"timeout": 1}),
+        "events_read": Request("GET", f"{path}?wait=1"),
+    }.get(operation)
+
+
 # ------------------------------------------------------------------------------ the tests
 
 
@@ -268,11 +276,16 @@ async def test_real_responses_match_the_served_schema(schema, agent_and_key, eve
         exchange = await send(request, agent_and_key[1])
         assert exchange.status < 300, (request, exchange.body[:300])
         schema.check(method, template, exchange)
-    documented = {
-        int(status)
-        for status, response in schema.documented(method, template).items()
-        if int(status) < 400 or set(re.findall(r"`(\w+)`:", response["description"])) - NOT_SENT_YET
-    }
+    over_quota = quota_request(operation, path, w)
+    if over_quota is not None:
+        # The agent at its quotas: pending asks 1 (it has more), parked waits 1 (one parked here).
+        await database_sync_to_async(services.agent_quotas_set)(
+            agent=agent_and_key[0], actor="test", pending_asks=1, parked_waits=1)
+        with services.parked_wait(agent_and_key[0].pk):
+            exchange = await send(over_quota, agent_and_key[1])
+        assert exchange.status == 429 and exchange.headers["retry-after"], (over_quota, exchange.body[:300])
+        schema.check(method, template, exchange)
+    documented = {int(status) for status in schema.documented(method, template)}
     assert schema.seen[(method, template)] == documented
 
 

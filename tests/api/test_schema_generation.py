@@ -114,7 +114,7 @@ def test_query_parameters_declare_what_is_validated():
     assert events["limit"] == {"type": "integer", "minimum": 1, "maximum": 500, "default": 100}
 
 
-# Operations that answer 403 bot_not_granted, and those that will answer 429 quota_exceeded (Retry-After).
+# Operations that answer 403 bot_not_granted, and those that answer 429 quota_exceeded (Retry-After).
 QUOTA = {("post", "/api/v1/tools/call"), ("get", "/api/v1/asks/{ask_id}/wait"), ("post", "/api/v1/asks/{ask_id}/wait"),
          ("get", "/api/v1/events")}
 BOT_GRANT = {("post", "/api/v1/sessions"), ("post", "/api/v1/tools/call")}
