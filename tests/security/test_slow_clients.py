@@ -214,13 +214,14 @@ def test_hundreds_of_tricklers_are_cut_within_their_bounds_and_healthz_answers_t
 
 def test_out_of_file_descriptors_the_worker_warns_once_and_everything_recovers(tmp_path):
     """With the cap off (ASKCARDS_PEER_CONNECTIONS=0), 300 tricklers take every descriptor of a
-    256-file server: Twisted closes what it cannot accept, the worker's lanes back off with one
-    warning, and once the tricklers are cut everything serves again by itself."""
-    env = {**serving.service_env(tmp_path), "ASKCARDS_HEADER_TIMEOUT": "4", "ASKCARDS_BODY_TIMEOUT": "4",
+    128-file server (fewer than half of them, held at once, are enough even on a loaded machine):
+    Twisted closes what it cannot accept, the worker's lanes back off with one warning, and once
+    the tricklers are cut everything serves again by itself."""
+    env = {**serving.service_env(tmp_path), "ASKCARDS_HEADER_TIMEOUT": "5", "ASKCARDS_BODY_TIMEOUT": "5",
            "ASKCARDS_PEER_CONNECTIONS": "0"}
     serving.manage(env, "migrate", "-v0")
     tricklers = [Trickler("headers") for _ in range(300)]
-    with serving.serve_process(env, open_files=256) as (base, _):
+    with serving.serve_process(env, open_files=128) as (base, _):
         time.sleep(1)  # the worker's lanes have run
         trickle(port_of(base), tricklers, deadline=time.monotonic() + 25)
         assert all(t.closed is not None for t in tricklers)
@@ -237,7 +238,7 @@ def test_out_of_file_descriptors_the_worker_warns_once_and_everything_recovers(t
     assert log.count("out of file descriptors") == 1, log[-3000:]
     assert resumed, log[-3000:]
     assert "Traceback" not in log
-    assert sum(t.status() == 408 for t in tricklers) >= 100
+    assert sum(t.status() == 408 for t in tricklers) >= 50
 
 
 def test_an_idle_keep_alive_connection_is_closed_after_the_header_timeout(tmp_path):
