@@ -60,7 +60,7 @@ def default_body_limit() -> int | None:
     return settings.DATA_UPLOAD_MAX_MEMORY_SIZE
 
 
-def _too_large(limit: int) -> Refused:
+def too_large(limit: int) -> Refused:
     if limit == 0:
         return Refused(413, "request_too_large", "This endpoint takes no request body.")
     return Refused(413, "request_too_large", f"Request bodies here are at most {limit} bytes. Send a smaller request.")
@@ -80,7 +80,7 @@ def check_length(scope, limit: int | None) -> None:
     """Refuse by the declared length alone, before anything is read."""
     length = declared_length(scope)
     if limit is not None and length is not None and length > limit:
-        raise _too_large(limit)
+        raise too_large(limit)
 
 
 async def read_body(scope, receive, limit: int | None) -> bytes | None:
@@ -97,7 +97,7 @@ async def read_body(scope, receive, limit: int | None) -> bytes | None:
         chunk = message.get("body", b"")
         size += len(chunk)
         if limit is not None and size > limit:
-            raise _too_large(limit)
+            raise too_large(limit)
         chunks.append(chunk)
         if not message.get("more_body"):
             return b"".join(chunks)
@@ -160,8 +160,8 @@ class BoundedBody:
     application. Over-long ``Content-Length`` → 413 without reading; a streamed body passing the
     limit → the application sees the client go away (Django's handler then returns without a
     response or a log line) and the client gets 413. Routes with smaller limits apply theirs
-    through ``read_body``. Under daphne, ``bound_server_bodies`` below already stops the server
-    reading at the same limit; this keeps the rule for any other ASGI server and for tests."""
+    through ``read_body``. Under daphne, ``askcards.serverguard`` already stops the server reading
+    at the same limits; this keeps the rule for any other ASGI server and for tests."""
 
     def __init__(self, app):
         self.app = app
@@ -196,7 +196,7 @@ class BoundedBody:
 
         await self.app(scope, bounded_receive, tracked_send)
         if state["over"] and not state["started"]:
-            await refuse(scope, send, _too_large(limit))
+            await refuse(scope, send, too_large(limit))
 
 
 # WebSocket origins ---------------------------------------------------------------------------
@@ -291,68 +291,3 @@ class RefusalWithoutTraceback(logging.Filter):
         if record.levelno > logging.WARNING:
             record.levelno, record.levelname = logging.WARNING, "WARNING"
         return True
-
-
-# ------------------------------------------------------------------------- the server's own reading
-#
-# Daphne (on Twisted) reads a request's whole body — into a temporary file past 100 KB — before it
-# calls the application at all, so the limits above bound memory but not what the server itself
-# takes in. ``bound_server_bodies`` makes daphne's request class refuse a body over
-# ``DATA_UPLOAD_MAX_MEMORY_SIZE`` (the largest any route accepts) as it arrives: by Content-Length
-# before a byte of the body is read, else as soon as a streamed body passes it. Daphne builds its
-# requests from the module attribute ``daphne.http_protocol.WebRequest`` on every connection
-# (``HTTPFactory.buildProtocol``), so replacing that attribute covers ``manage.py serve`` and the
-# ``daphne`` command alike; ``project/asgi.py`` installs it, which both import before serving.
-
-
-def _server_refusal(limit: int) -> bytes:
-    body = _too_large(limit).response().content
-    return (
-        b"HTTP/1.1 413 Request Entity Too Large\r\ncontent-type: application/json\r\n"
-        b"content-length: %d\r\nconnection: close\r\nx-content-type-options: nosniff\r\n\r\n%s" % (len(body), body)
-    )
-
-
-def bound_server_bodies() -> None:
-    from daphne import http_protocol
-
-    if getattr(http_protocol.WebRequest, "bounds_bodies", False):
-        return
-
-    class BoundedWebRequest(http_protocol.WebRequest):
-        bounds_bodies = True
-        _refused = False
-        _received = 0
-
-        def gotLength(self, length):
-            super().gotLength(length)
-            limit = default_body_limit()
-            if limit is not None and length is not None and length > limit:
-                self._refuse(limit)
-
-        def handleContentChunk(self, data):
-            if self._refused:
-                return
-            self._received += len(data)
-            limit = default_body_limit()
-            if limit is not None and self._received > limit:
-                self._refuse(limit)
-                return
-            super().handleContentChunk(data)
-
-        def process(self):
-            if not self._refused:  # the rest of a refused body may still arrive: it is dropped
-                return super().process()
-
-        def _refuse(self, limit: int) -> None:
-            self._refused = True
-            # The request line is parsed onto the request only once the body is in: read the channel's.
-            method, path = (getattr(self.channel, name, b"-") or b"-" for name in ("_command", "_path"))
-            logger.warning("refused %s %s: 413 body over %s bytes (by the server, before the application)",
-                           method.decode("latin-1", "replace"), path.decode("latin-1", "replace").partition("?")[0], limit)
-            transport = self.channel.transport if self.channel is not None else None
-            if transport is not None:
-                transport.write(_server_refusal(limit))
-                transport.loseConnection()
-
-    http_protocol.WebRequest = BoundedWebRequest

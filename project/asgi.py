@@ -20,10 +20,13 @@ from askcards.api.longpoll import LongPollApp  # noqa: E402
 from askcards.consumers import PanelConsumer  # noqa: E402
 from askcards.api.urls import LONG_POLL_VIEWS  # noqa: E402
 from askcards.callbacks import CallbackApp, dingtalk_handle, feishu_handle  # noqa: E402
-from askcards.edge import BoundedBody, OriginValidator, bound_server_bodies, no_socket  # noqa: E402
+from askcards.edge import BoundedBody, OriginValidator, no_socket  # noqa: E402
 from askcards.mcp.app import McpApp  # noqa: E402
+from askcards.serverguard import guard_server  # noqa: E402
 
-bound_server_bodies()  # daphne itself stops reading a body past the limit (see askcards.edge)
+# daphne's own reading: time limits, a per-peer cap, body limits, large keyed bodies read only
+# after the key is checked (see askcards.serverguard).
+guard_server()
 
 
 class StaticFiles(ASGIStaticFilesHandler):

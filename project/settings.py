@@ -373,6 +373,19 @@ ASKCARDS_DINGTALK_CALLBACK_SKEW_SECONDS = envint(
 )
 
 
+# The server's edge (askcards/serverguard.py). A connection has ASKCARDS_HEADER_TIMEOUT seconds
+# from opening (or from its previous response) to start a request and as long again from the
+# request's first byte to finish its headers, then ASKCARDS_BODY_TIMEOUT seconds for the body
+# (408 and closed otherwise); a request handed to the application is no longer timed here.
+ASKCARDS_HEADER_TIMEOUT = envint("ASKCARDS_HEADER_TIMEOUT", 10, minimum=1, maximum=3600)
+ASKCARDS_BODY_TIMEOUT = envint("ASKCARDS_BODY_TIMEOUT", 30, minimum=1, maximum=3600)
+# Connections one peer address may hold that are not inside a request (opening, sending a
+# request, idle between requests); 0 = no cap (behind a reverse proxy every peer is the proxy).
+ASKCARDS_PEER_CONNECTIONS = envint("ASKCARDS_PEER_CONNECTIONS", 100, minimum=0)
+# On the keyed routes (/api/v1/…, /mcp), a body larger than this is read only after the agent
+# key has been checked (a bad key: 401 before the rest); smaller ones cost no extra query.
+ASKCARDS_PRE_AUTH_BODY_BYTES = envint("ASKCARDS_PRE_AUTH_BODY_BYTES", 8192, minimum=0, maximum=1024 * 1024)
+
 
 def _networks(name: str) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
     """Addresses or networks separated by commas or spaces (``127.0.0.1, 10.0.0.0/8, ::1``)."""

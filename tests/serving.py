@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -62,16 +63,25 @@ def serve(env: dict[str, str], *options: str, log_dir: Path | None = None) -> It
         yield base
 
 
+def _open_files_limit(limit: int):
+    def lower() -> None:  # runs in the child, before manage.py
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+
+    return lower
+
+
 @contextlib.contextmanager
-def serve_process(env: dict[str, str], *options: str,
-                  log_dir: Path | None = None) -> Iterator[tuple[str, subprocess.Popen]]:
-    """``serve`` that also yields the server's process (to stall it with SIGSTOP, say)."""
+def serve_process(env: dict[str, str], *options: str, log_dir: Path | None = None,
+                  open_files: int | None = None) -> Iterator[tuple[str, subprocess.Popen]]:
+    """``serve`` that also yields the server's process (to stall it with SIGSTOP, say);
+    ``open_files`` lowers its RLIMIT_NOFILE (soft and hard) to that many descriptors."""
     port = free_port()
     log_path = Path(log_dir or env["ASKCARDS_DATA_DIR"]) / "serve.log"
     with log_path.open("w+") as log:
         server = subprocess.Popen(
             [sys.executable, "manage.py", "serve", f"127.0.0.1:{port}", *options],
             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+            preexec_fn=_open_files_limit(open_files) if open_files else None,
         )
         base = f"http://127.0.0.1:{port}"
         try:

@@ -766,6 +766,8 @@ def main(argv: list[str] | None = None) -> int:
     env.update({
         "ASKCARDS_DATA_DIR": str(data_dir),
         "ASKCARDS_SECRET_KEY": "bench",
+        # One load generator on 127.0.0.1 stands for thousands of clients: no per-peer cap.
+        "ASKCARDS_PEER_CONNECTIONS": "0",
         "DJANGO_SETTINGS_MODULE": "project.settings",
         "LOG_LEVEL": "WARNING",
         "PYTHONUNBUFFERED": "1",

@@ -736,6 +736,8 @@ def main(argv: list[str] | None = None) -> int:
     base_env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL", "DEBUG", "ALLOWED_HOSTS"}}
     base_env.update({
         "ASKCARDS_SECRET_KEY": "bench",
+        # One load generator on 127.0.0.1 stands for thousands of clients: no per-peer cap.
+        "ASKCARDS_PEER_CONNECTIONS": "0",
         "DJANGO_SETTINGS_MODULE": "project.settings",
         "LOG_LEVEL": "WARNING",
         "PYTHONUNBUFFERED": "1",

@@ -580,7 +580,8 @@ def main(argv: list[str] | None = None) -> int:
             created.append(db.name)
             db.env = {**base_env, "ASKCARDS_DATA_DIR": str(db.data_dir), "ASKCARDS_SECRET_KEY": "bench",
                       "DJANGO_SETTINGS_MODULE": "project.settings", "LOG_LEVEL": "WARNING", "PYTHONUNBUFFERED": "1",
-                      "DATABASE_URL": f"{PG_SERVER}/{db.name}"}
+                      "DATABASE_URL": f"{PG_SERVER}/{db.name}",
+                      "ASKCARDS_PEER_CONNECTIONS": "0"}  # one load generator stands for many clients
             say(f"[{db.label}] database {db.name}, data dir {db.data_dir}")
             prepare(db, stub_base)
         say(f"[seeded] bulk rows: {args.closed:,} closed asks, {args.pending:,} pending, {args.sessions:,} sessions")
