@@ -608,30 +608,24 @@ class AgentAdmin(admin.ModelAdmin):
         usernames = [user.get_username() for user in form.cleaned_data.get("web_users", ())]
         actor = f"operator:{request.user.get_username()}"
         granted, revoked = services.agent_grants_set(agent=form.instance, usernames=usernames, actor=actor)
-        if granted:
-            self.message_user(request, f"Agent {form.instance.name} may now ask: {', '.join(granted)}.", messages.SUCCESS)
-        if revoked:
-            self.message_user(
-                request,
-                f"Agent {form.instance.name} may no longer ask: {', '.join(revoked)} "
-                "(its asks already pending there stay answerable).",
-                messages.SUCCESS,
-            )
+        self._report_grants(request, form.instance, "ask", granted, revoked, "its asks already pending there")
         granted_bots, revoked_bots = services.agent_bots_set(
             agent=form.instance, bots=list(form.cleaned_data.get("bots", ())), actor=actor
         )
-        if granted_bots:
-            names = ", ".join(str(bot) for bot in granted_bots)
-            self.message_user(request, f"Agent {form.instance.name} may now use: {names}.", messages.SUCCESS)
-        if revoked_bots:
-            self.message_user(
-                request,
-                f"Agent {form.instance.name} may no longer use: {', '.join(str(bot) for bot in revoked_bots)} "
-                "(its cards already sent stay answerable).",
-                messages.SUCCESS,
-            )
+        self._report_grants(request, form.instance, "use", [str(bot) for bot in granted_bots],
+                            [str(bot) for bot in revoked_bots], "its cards already sent")
         for formset in formsets:
             self.save_formset(request, form, formset, change=change)
+
+    def _report_grants(self, request: HttpRequest, agent: Agent, verb: str, granted: list[str], revoked: list[str],
+                       kept: str) -> None:
+        if granted:
+            self.message_user(request, f"Agent {agent.name} may now {verb}: {', '.join(granted)}.", messages.SUCCESS)
+        if revoked:
+            self.message_user(
+                request, f"Agent {agent.name} may no longer {verb}: {', '.join(revoked)} ({kept} stay answerable).",
+                messages.SUCCESS,
+            )
 
     @admin.action(description="Rotate key (the old key stops working at once)", permissions=("change",))
     def rotate_key(self, request: HttpRequest, queryset: QuerySet[Agent]) -> None:

@@ -33,6 +33,18 @@ def raw_connection(base: str) -> socket.socket:
     return sock
 
 
+def read_head(sock: socket.socket, seconds: float = 10) -> bytes:
+    """What the server answers on a raw connection, up to the end of its headers (or its close)."""
+    sock.settimeout(seconds)
+    data = b""
+    while b"\r\n\r\n" not in data:
+        piece = sock.recv(4096)
+        if not piece:
+            break
+        data += piece
+    return data
+
+
 def service_env(data_dir: Path) -> dict[str, str]:
     """The embedded default (SQLite in ``data_dir``, in-memory layer), whatever this shell has set."""
     env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}}

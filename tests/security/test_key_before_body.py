@@ -39,16 +39,7 @@ def served(tmp_path_factory):
         yield base, seed, data_dir, server.pid, session["id"]
 
 
-def _head(sock: socket.socket, seconds: float = 10) -> bytes:
-    """What the server answers, up to the end of its headers (or its close)."""
-    sock.settimeout(seconds)
-    data = b""
-    while b"\r\n\r\n" not in data:
-        piece = sock.recv(4096)
-        if not piece:
-            break
-        data += piece
-    return data
+_head = serving.read_head
 
 
 def _answer(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:

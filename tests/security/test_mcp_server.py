@@ -36,14 +36,7 @@ def served(tmp_path_factory):
         yield base, seed, data_dir / "serve.log"
 
 
-def _head(sock: socket.socket) -> bytes:
-    data = b""
-    while b"\r\n\r\n" not in data:
-        piece = sock.recv(4096)
-        if not piece:
-            break
-        data += piece
-    return data
+_head = serving.read_head
 
 
 def _assert_security_headers(headers) -> None:
