@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import parse_qs
@@ -135,6 +136,7 @@ class PanelBeat:
             try:
                 for message in consumer.view.caught_up(socket.view, catch_up):
                     await consumer.send_json(message)
+                await consumer.fill()
             except Exception:  # one socket's failure is not the others'
                 logger.warning("panel catch-up of %s could not be sent", consumer.username, exc_info=True)
 
@@ -155,7 +157,10 @@ class PanelConsumer(AsyncJsonWebsocketConsumer):
         await pooled(web.presence_touch)(username=self.username, channel_name=self.channel_name)
         await self.accept()
         known = parse_qs(self.scope.get("query_string", b"").decode("latin-1")).get("known", [""])[0].split(",")
-        for message in await pooled(web.panel_snapshot)(self.username, [k for k in known if k]):
+        snapshot = await pooled(web.panel_snapshot)(self.username, [k for k in known if k])
+        self.view.shows(snapshot.shown)
+        self.view.counts(snapshot.more)
+        for message in snapshot.messages:
             await self.send_json(message)
         panel_beat.join(self)
 
@@ -165,6 +170,11 @@ class PanelConsumer(AsyncJsonWebsocketConsumer):
         panel_beat.leave(self)
         await self.channel_layer.group_discard(self.group, self.channel_name)
         await pooled(web.presence_drop)(channel_name=self.channel_name)
+
+    @classmethod
+    async def encode_json(cls, content):
+        # UTF-8 as it is: a CJK character is 3 bytes on the wire, not a 6-byte \uXXXX escape.
+        return json.dumps(content, ensure_ascii=False)
 
     async def send_json(self, content, close=False):
         if hasattr(self, "view"):
@@ -228,16 +238,41 @@ class PanelConsumer(AsyncJsonWebsocketConsumer):
         if outcome.respondent is not None and outcome.ask is not None:
             reply.update(web.respondent_state(outcome.ask, outcome.respondent))
         await self.send_json(reply)
+        await self.fill()
+
+    async def fill(self) -> None:
+        """The next asks waiting beyond the page, for the room it has again (an ask on it ended or
+        was responded to), and the count of the rest."""
+        if self.view.more and self.view.room() > 0:
+            messages, gone = await pooled(web.panel_fill)(self.username, set(self.view.more), self.view.room())
+            self.view.forgets(gone)
+            for message in messages:
+                await self.send_json(message)
+        for message in self.view.news():
+            await self.send_json(message)
 
     # Channel-layer handlers. The group is this user's own, so its messages are theirs to see.
     async def panel_show(self, event):
         message = await _show(self.username, event["ask_id"])
-        if message is not None:
+        if message is None:
+            return
+        ask_id = message["requestId"]
+        if message["type"] in web.PanelView.OPENING and ask_id not in self.view.open and self.view.room() <= 0:
+            self.view.counts({ask_id})  # the page is full: counted, shown when there is room
+        elif message["type"] == "dingtalk_form_responded" and ask_id in self.view.more:
+            self.view.forgets({ask_id})  # responded on the card before the page showed it
+        else:
             await self.send_json(message)
+        await self.fill()
 
     async def panel_withdraw(self, event):
-        await self.send_json(event["message"])
-        if "ask_id" in event:
-            item = await _history_add(self.username, event["ask_id"])
+        ask_id = event.get("ask_id")
+        if ask_id in self.view.more:
+            self.view.forgets({ask_id})  # it ended before the page showed it
+        else:
+            await self.send_json(event["message"])
+        if ask_id is not None:
+            item = await _history_add(self.username, ask_id)
             if item is not None:
                 await self.send_json(item)
+        await self.fill()

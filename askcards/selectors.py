@@ -536,6 +536,12 @@ def panel_asks_by_id(*, username: str, ask_ids: list[str]) -> list[Ask]:
     return list(_panel_rows(panel_asks(username).filter(pk__in=ask_ids)).order_by("created_at", "id"))
 
 
+def panel_next(*, username: str, ask_ids: list[str], limit: int) -> list[Ask]:
+    """The oldest ``limit`` pending asks among ``ask_ids`` this user's panel may see."""
+    asks = panel_asks(username).filter(pk__in=ask_ids, status=Ask.Status.PENDING).order_by("created_at", "id")
+    return list(_panel_rows(asks)[:limit])
+
+
 def panel_waiting(ask: Ask) -> bool:
     """Whether this pending ask (read by the panel's queries) waits for the panel user's answer: it
     is answerable there, and a DingTalk collection they already responded to waits for others."""

@@ -344,6 +344,9 @@ ASKCARDS_QUOTA_PENDING_PER_RESPONDENT = envint("ASKCARDS_QUOTA_PENDING_PER_RESPO
 ASKCARDS_QUOTA_PARKED_WAITS = envint("ASKCARDS_QUOTA_PARKED_WAITS", 1000)
 ASKCARDS_QUOTA_ASKS_PER_MINUTE = envint("ASKCARDS_QUOTA_ASKS_PER_MINUTE", 120)
 ASKCARDS_QUOTA_ASK_BURST = envint("ASKCARDS_QUOTA_ASK_BURST", 200)
+# Asks one panel socket shows at once (the oldest); the rest are counted (「还有 N 个问题等待回答」)
+# and come in as those on the page end. surfaces/web.py.
+ASKCARDS_PANEL_PAGE = envint("ASKCARDS_PANEL_PAGE", 20, minimum=1, maximum=10_000)
 # Pruning: ids per DELETE (each its own short transaction), and DELETE windows per housekeeping pass.
 ASKCARDS_PRUNE_BATCH = envint("ASKCARDS_PRUNE_BATCH", 2000, minimum=1, maximum=10_000)
 ASKCARDS_PRUNE_BATCHES_PER_PASS = envint("ASKCARDS_PRUNE_BATCHES_PER_PASS", 50, minimum=1)

@@ -7,11 +7,13 @@ after ``PRESENCE_TTL``), so every process agrees on whether a panel is connected
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -73,6 +75,12 @@ def presence_purge_stale() -> int:
 
 
 MAX_KNOWN = 50  # asks a reconnecting panel may ask about (it lists those it still shows as open)
+# A person with hundreds of waiting asks gets a page of them (``ASKCARDS_PANEL_PAGE``, 20), oldest
+# first, and a count of the rest (``pending_more``); each ask that leaves the page lets the next one
+# in. A connect sends at most PANEL_PAGE_BYTES of asks (the page's own asks beyond it wait for the
+# next fill), so a reconnect costs a page, not megabytes.
+PANEL_PAGE_BYTES = 256 * 1024
+PANEL_FILL_SLACK = 10  # rows a fill reads beyond its room (asks that no longer wait are skipped)
 
 PLATFORM_NAMES = {"feishu": "飞书", "dingtalk": "钉钉", "wechat": "微信", "web": "网页"}
 
@@ -126,6 +134,16 @@ def respondent_state(ask: Ask, row: Respondent) -> dict[str, Any]:
 def responded_message(ask: Ask, row: Respondent) -> dict[str, Any]:
     """The panel user responded to a collection that still waits for others (here or on the card)."""
     return {"type": "dingtalk_form_responded", "requestId": ask.id, **respondent_state(ask, row)}
+
+
+def page_size() -> int:
+    """How many asks a panel socket shows at once."""
+    return settings.ASKCARDS_PANEL_PAGE
+
+
+def more_message(count: int) -> dict[str, Any]:
+    """How many asks wait for the user beyond those the page shows (0: none)."""
+    return {"type": "pending_more", "count": count}
 
 
 def cancelled_message(ask: Ask) -> dict[str, str]:
@@ -208,7 +226,12 @@ class PanelView:
     ``suspects``: how the socket differed from the database at the last comparison. A difference
     is acted on only once it is seen twice, ``PUSH_GRACE_SECONDS`` apart at least: the push of an
     ask made a moment before a beat is usually still under way, and reading it for every socket
-    of a busy deployment at every beat would cost more than the pushes themselves."""
+    of a busy deployment at every beat would cost more than the pushes themselves.
+
+    ``more``: the asks waiting for the user beyond the page (``page_size``), judged but not sent:
+    the socket was told how many (``pending_more``) and gets the next of them as the page empties
+    (``room``). ``responded``: DingTalk collections on the page the user already responded to —
+    shown, still open, no longer taking room."""
 
     OPENING = ("ask_user_questions", "dingtalk_form")
 
@@ -216,28 +239,66 @@ class PanelView:
         self.open: set[str] = set()
         self.judged: set[str] = set()
         self.suspects: set[str] = set()
+        self.more: set[str] = set()
+        self.responded: set[str] = set()
+        self.told = 0  # the count of ``more`` the socket was last told
 
     def copy(self) -> PanelView:
         view = PanelView()
-        view.open, view.judged, view.suspects = set(self.open), set(self.judged), set(self.suspects)
+        for name in ("open", "judged", "suspects", "more", "responded"):
+            setattr(view, name, set(getattr(self, name)))
+        view.told = self.told
         return view
+
+    def room(self) -> int:
+        """How many more asks the page takes."""
+        return page_size() - len(self.open - self.responded)
+
+    def shows(self, ask_ids: set[str]) -> None:
+        """Note asks the socket already shows (a reconnecting page's own), not sent again."""
+        self.open |= ask_ids
+        self.judged |= ask_ids
+
+    def counts(self, ask_ids: set[str]) -> None:
+        """Note asks waiting beyond the page."""
+        self.more |= ask_ids - self.open
+        self.judged |= ask_ids
+
+    def forgets(self, ask_ids: set[str]) -> None:
+        """Forget asks of ``more`` that no longer wait for the user."""
+        self.more -= ask_ids
+
+    def news(self) -> list[dict[str, Any]]:
+        """``pending_more`` when the count the socket was told is no longer right."""
+        return [more_message(len(self.more))] if len(self.more) != self.told else []
 
     def sent(self, message: dict[str, Any]) -> None:
         """Note a message as it goes to the socket."""
         kind, ask_id = message.get("type"), message.get("requestId")
+        if kind == "pending_more":
+            self.told = message["count"]
+            return
         if not isinstance(ask_id, str):
             return
         if kind in self.OPENING or kind == "dingtalk_form_responded":
             self.open.add(ask_id)
             self.judged.add(ask_id)
+            self.more.discard(ask_id)
+            if kind == "dingtalk_form_responded":
+                self.responded.add(ask_id)
+        elif kind == "dingtalk_form_ack" and message.get("ok") and ask_id in self.open:
+            self.responded.add(ask_id)
         elif kind == "ask_user_questions_cancelled":
             self.open.discard(ask_id)
+            self.responded.discard(ask_id)
 
     def caught_up(self, before: PanelView, found: CatchUp) -> list[dict[str, Any]]:
         """Take in a catch-up computed from ``before`` (this view as it started); returns its
         messages that are still news (a push may have brought them meanwhile)."""
         self.judged = (self.judged - (before.judged - found.pending)) | (found.pending - found.suspects)
         self.open -= found.hidden
+        self.more -= found.hidden | found.gone
+        self.counts(found.more)
         self.suspects = found.suspects
         news = []
         for message in found.messages:
@@ -247,7 +308,7 @@ class PanelView:
             if kind == "ask_user_questions_cancelled" and ask_id not in self.open:
                 continue
             news.append(message)
-        return news
+        return news + self.news()
 
 
 @dataclass
@@ -256,6 +317,8 @@ class CatchUp:
     messages: list[dict[str, Any]]  # what the socket lacked
     hidden: set[str]  # asks it showed that the user may no longer see (grant revoked): forgotten
     suspects: set[str]  # differences seen for the first time: acted on at the next comparison
+    more: set[str] = field(default_factory=set)  # asks it lacks that wait beyond its page: counted
+    gone: set[str] = field(default_factory=set)  # asks it counted that no longer wait: forgotten
 
 
 @dataclass
@@ -285,7 +348,8 @@ def panels_catch_up(sockets: list[PanelSocket], *, presence: bool = True) -> lis
         mine = pending.get(socket.username, set())
         differ = (mine - socket.view.judged) | (socket.view.open - mine)
         act = differ & socket.view.suspects
-        found.append(CatchUp(mine, [], set(), differ - act))
+        # What it counted beyond its page and is no longer pending needs no reading: forgotten.
+        found.append(CatchUp(mine, [], set(), differ - act, gone=socket.view.more - mine))
         acts.append(act)
         if act:
             wanted.setdefault(socket.username, set()).update(act)
@@ -303,9 +367,11 @@ def panels_catch_up(sockets: list[PanelSocket], *, presence: bool = True) -> lis
 def _catch_up_socket(view: PanelView, found: CatchUp, act: set[str], rows: dict[str, Ask]) -> None:
     """``found``'s messages and hidden asks for one socket's ``view``: of the asks it lacks or shows
     wrongly (``act``), those its user may see are in ``rows`` (read by the panel's queries, oldest
-    first), those not there are hidden."""
+    first), those not there are hidden. Asks it lacks go on its page while there is room, and are
+    counted beyond it."""
     ended = view.open - found.pending
     found.hidden = {ask_id for ask_id in act & ended if ask_id not in rows}
+    room = page_size() - len(view.open - view.responded - ended)
     for ask in rows.values():
         if ask.id not in act:
             continue
@@ -314,26 +380,82 @@ def _catch_up_socket(view: PanelView, found: CatchUp, act: set[str], rows: dict[
                 found.messages.append(cancelled_message(ask))
                 if (item := history_add(ask)) is not None:
                     found.messages.append(item)
+        elif ask.id in view.more:
+            if not selectors.panel_waiting(ask):
+                found.gone.add(ask.id)
         elif selectors.panel_waiting(ask):
-            found.messages.append(ask_message(ask))
+            if room > 0:
+                found.messages.append(ask_message(ask))
+                room -= 1
+            else:
+                found.more.add(ask.id)
 
 
-def panel_snapshot(username: str, known: list[str]) -> list[dict[str, Any]]:
-    """What a (re)connecting panel is sent: the user's recent history, then every ask waiting for
-    their answer, oldest first, then how each ask it still shows as open (``known``) ended or was
-    responded to while it was away."""
+@dataclass
+class Snapshot:
+    """What a (re)connecting panel socket is sent, and what its view starts from."""
+    messages: list[dict[str, Any]]
+    shown: set[str]  # asks the page still shows (``known``) that still wait: not sent again
+    more: set[str]  # asks waiting for the user beyond the page: counted, sent as the page empties
+
+
+def panel_snapshot(username: str, known: list[str]) -> Snapshot:
+    """What a (re)connecting panel is sent: the user's recent history, then a page of the asks
+    waiting for their answer, oldest first — those it still shows (``known``) count towards the
+    page but are not sent again, the others stop at ``page_size()`` asks or ``PANEL_PAGE_BYTES`` —
+    then how many more wait (``pending_more``, when any), then how each ask it still shows as open
+    ended or was responded to while it was away."""
     pending = selectors.panel_pending(username)
     history = [history_item(ask) for ask in selectors.panel_history(username)]
     messages: list[dict[str, Any]] = [{"type": "history", "asks": history}]
-    messages += [ask_message(ask) for ask in pending]
+    known = known[:MAX_KNOWN]
+    shown = {ask.id for ask in pending if ask.id in known}
+    more: set[str] = set()
+    budget, page = PANEL_PAGE_BYTES, len(shown)
+    for ask in pending:
+        if ask.id in shown:
+            continue
+        message = ask_message(ask)
+        size = len(json.dumps(message, ensure_ascii=False).encode())
+        if page >= page_size() or (page and size > budget):
+            more.add(ask.id)
+            continue
+        messages.append(message)
+        budget, page = budget - size, page + 1
+    if more:
+        messages.append(more_message(len(more)))
     waiting = {ask.id for ask in pending}
-    away = [k for k in known[:MAX_KNOWN] if k not in waiting]
+    away = [k for k in known if k not in waiting]
     for ask in selectors.panel_asks_by_id(username=username, ask_ids=away) if away else []:
         if not ask.is_open:
             messages.append(cancelled_message(ask))
         elif ask.tool == dt.NAME and (row := selectors.panel_respondent(ask)) is not None:
             messages.append(responded_message(ask, row))
-    return messages
+    return Snapshot(messages, shown, more)
+
+
+def panel_fill(username: str, more: set[str], room: int) -> tuple[list[dict[str, Any]], set[str]]:
+    """The next asks of ``more`` (waiting beyond a socket's page) for the ``room`` its page has
+    again, oldest first: their messages, and the asks of ``more`` that no longer wait (ended,
+    responded, no longer this user's), to forget. Reads a few rows more than the room, not all of
+    ``more``."""
+    messages: list[dict[str, Any]] = []
+    gone: set[str] = set()
+    left = set(more)
+    while room > 0 and left:
+        limit = room + PANEL_FILL_SLACK
+        rows = selectors.panel_next(username=username, ask_ids=sorted(left), limit=limit)
+        left -= {ask.id for ask in rows}
+        for ask in rows:
+            if not selectors.panel_waiting(ask):
+                gone.add(ask.id)
+            elif room > 0:
+                messages.append(ask_message(ask))
+                room -= 1
+        if len(rows) < limit:  # the rest of ``more`` no longer waits on this user's panel
+            gone |= left
+            break
+    return messages, gone
 
 
 class WebSurface(Surface):

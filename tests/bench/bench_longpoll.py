@@ -768,6 +768,8 @@ def main(argv: list[str] | None = None) -> int:
         "ASKCARDS_SECRET_KEY": "bench",
         # One load generator on 127.0.0.1 stands for thousands of clients: no per-peer cap.
         "ASKCARDS_PEER_CONNECTIONS": "0",
+        # One panel stands for the people answering thousands of asks: it is sent every one of them.
+        "ASKCARDS_PANEL_PAGE": "10000",
         "DJANGO_SETTINGS_MODULE": "project.settings",
         "LOG_LEVEL": "WARNING",
         "PYTHONUNBUFFERED": "1",

@@ -10,7 +10,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from askcards import services
-from askcards.models import PanelPresence
+from askcards.models import Ask, PanelPresence
 from askcards.surfaces import web
 from tests.conftest import QUESTIONS, answer_for, grant, person
 
@@ -132,3 +132,26 @@ async def test_one_beat_serves_every_socket_and_outlives_a_disconnect(settings, 
     for socket in (sockets[0], sockets[2]):
         await socket.disconnect()
     assert consumers.panel_beat.sockets == {} and consumers.panel_beat.task is None
+
+
+def test_a_full_page_is_told_how_many_more_wait_and_forgets_what_ended_beyond_it(db, settings, agent):
+    settings.ASKCARDS_SURFACES = WEB
+    alice = _session(agent, "alice")
+    asks = [_ask(agent, alice).id for _ in range(web.page_size() + 3)]
+    view = _shown(*asks[:web.page_size()])  # a full page; the pushes of the three others were lost
+    socket = web.PanelSocket("alice", "alice-1", view)
+
+    for _ in range(2):  # a difference is acted on at its second look
+        found = web.panels_catch_up([socket], presence=False)[0]
+        news = view.caught_up(view.copy(), found)
+        for message in news:
+            view.sent(message)  # as the socket sends it
+
+    assert news == [{"type": "pending_more", "count": 3}]  # counted, not shown: the page is full
+    assert view.more == set(asks[web.page_size():])
+
+    # One of them ends with its push lost too: the next beat forgets it without reading any ask.
+    services.ask_cancel(ask=Ask.objects.get(pk=asks[-1]), actor="agent:a")
+    found = web.panels_catch_up([socket], presence=False)[0]
+    assert view.caught_up(view.copy(), found) == [{"type": "pending_more", "count": 2}]
+    assert view.room() == 0

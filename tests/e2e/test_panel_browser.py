@@ -36,6 +36,7 @@ CHROMIUM_ARGS = [
     "--no-first-run",
 ]
 UI_TIMEOUT_MS = 10_000
+PAGE = 20  # asks the panel shows at once (the default ASKCARDS_PANEL_PAGE)
 
 SEED = """
 from django.contrib.auth import get_user_model
@@ -323,3 +324,32 @@ def test_person_answers_a_dingtalk_form_in_the_browser_and_the_agent_gets_it(din
     history.get_by_text("DM-7").wait_for()
     assert history.get_by_text("lunch-bot · 钉钉私聊：成员甲").is_visible()
     page.screenshot(path=str(ARTIFACTS / "panel-dingtalk-history.png"), full_page=True)
+
+
+# ------------------------------------------------------------------------------ many waiting asks
+
+def test_a_person_with_many_waiting_asks_sees_a_page_and_how_many_more(service, browser_page):
+    base, headers = service
+    page = browser_page
+    _sign_in(page, base)
+    session = requests.post(
+        f"{base}/api/v1/sessions", json={"key": "web/alice", "platform": "web", "web_user": "alice"}, headers=headers, timeout=10
+    ).json()
+    asks = [_call(base, headers, session["id"])["ask"]["id"] for _ in range(PAGE + 3)]
+
+    # The oldest page of them, and how many more wait.
+    page.get_by_text("还有 3 个问题等待回答").wait_for()
+    shown = page.locator("section.ask")
+    assert shown.evaluate_all("nodes => nodes.map(node => node.dataset.requestId)") == asks[:PAGE]
+    assert page.title().startswith(f"({PAGE + 3}) ")
+
+    # One on the page is answered elsewhere: the next one comes in, and the count goes down.
+    assert requests.post(f"{base}/api/v1/asks/{asks[0]}/cancel", json={}, headers=headers, timeout=10).status_code == 200
+    page.locator(f'[data-request-id="{asks[PAGE]}"]').get_by_role("radio", name="PostgreSQL").wait_for()
+    page.get_by_text("还有 2 个问题等待回答").wait_for()
+
+    # A reload shows the page again, not all of them.
+    page.reload()
+    page.locator('#connection[data-state="open"]').wait_for()
+    page.get_by_text("还有 2 个问题等待回答").wait_for()
+    assert page.locator("section.ask").evaluate_all("nodes => nodes.map(node => node.dataset.requestId)") == asks[1:PAGE + 1]

@@ -7,6 +7,9 @@
 // sends the recent history (history), every pending ask again, and — for the asks this page still
 // shows as open, listed in ?known= — how each one ended while the page was away, so nothing is
 // lost on a reconnect. history_add puts an ask that just ended on top of the history.
+// A person with many waiting asks sees a page of them (the oldest): pending_more {count} says how
+// many more wait, and the next one arrives as soon as one on the page ends or is answered. The
+// asks listed in ?known= that still wait are not sent again: the page keeps showing them.
 "use strict";
 
 (function () {
@@ -49,6 +52,7 @@
   // The longest text one box may hold: the server's bound per value (tools.ANSWER_TEXT_MAX_CHARS).
   const TEXT_MAX = list.dataset.textMaxChars;
   const empty = document.getElementById("empty");
+  const more = document.getElementById("more");
   const connection = document.getElementById("connection");
   const announce = document.getElementById("announce");
   const historyList = document.getElementById("history-list");
@@ -57,6 +61,7 @@
   // requestId -> {kind, section, form, status, state: "open" | "sending" | "done", sent, ...}
   const asks = new Map();
   let history = []; // the server's history items, newest first
+  let waitingMore = 0; // asks waiting beyond the page (pending_more)
   let socket = null;
   let retryMs = RETRY_MIN_MS;
 
@@ -70,8 +75,10 @@
   }
 
   function refreshSummary() {
-    const open = [...asks.values()].filter((entry) => entry.state !== "done").length;
+    const open = [...asks.values()].filter((entry) => entry.state !== "done").length + waitingMore;
     empty.hidden = open > 0;
+    more.hidden = waitingMore === 0;
+    more.textContent = waitingMore ? `还有 ${waitingMore} 个问题等待回答` : "";
     document.title = open ? `(${open}) ${baseTitle}` : baseTitle;
   }
 
@@ -538,6 +545,10 @@
     history(message) {
       history = (message.asks || []).slice(0, HISTORY_SIZE);
       renderHistory();
+    },
+    pending_more(message) {
+      waitingMore = Number.isInteger(message.count) && message.count > 0 ? message.count : 0;
+      refreshSummary();
     },
     history_add(message) {
       history = [message.ask, ...history.filter((item) => item.requestId !== message.ask.requestId)].slice(0, HISTORY_SIZE);
