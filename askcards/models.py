@@ -279,6 +279,7 @@ class Ask(models.Model):
         BY_OPERATOR = "by_operator"
         SESSION_CANCELLED = "session_cancelled"
         PAUSE_FAILED = "pause_failed"
+        HOST_GONE = "host_gone"  # an agent host stopped waiting for its prompt (askcards.hosts)
         TIMEOUT = "timeout"
         SUPERSEDED_BY_QUESTION = "superseded_by_question"
         SUPERSEDED_BY_MESSAGE = "superseded_by_message"
@@ -301,6 +302,7 @@ class Ask(models.Model):
             Reason.BY_OPERATOR,
             Reason.SESSION_CANCELLED,
             Reason.PAUSE_FAILED,
+            Reason.HOST_GONE,
         ),
         Status.EXPIRED: (Reason.TIMEOUT,),
         Status.INVALIDATED: (Reason.SUPERSEDED_BY_QUESTION, Reason.SUPERSEDED_BY_MESSAGE, Reason.RESTART),
@@ -356,7 +358,8 @@ class Ask(models.Model):
                         Q(status="answered", reason__in=["submitted", "empty", "completed"])
                         | Q(
                             status="cancelled",
-                            reason__in=["by_respondent", "by_agent", "by_operator", "session_cancelled", "pause_failed"],
+                            reason__in=["by_respondent", "by_agent", "by_operator", "session_cancelled", "pause_failed",
+                                       "host_gone"],
                         )
                         | Q(status="expired", reason="timeout")
                         | Q(

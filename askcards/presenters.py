@@ -25,6 +25,7 @@ REASON_LABELS: dict[str, str] = {
     Ask.Reason.BY_OPERATOR: "cancelled by an operator",
     Ask.Reason.SESSION_CANCELLED: "the task was cancelled on its progress card",
     Ask.Reason.PAUSE_FAILED: "the agent could not pause its task",
+    Ask.Reason.HOST_GONE: "the agent host stopped waiting (answered in its terminal, timed out or stopped)",
     Ask.Reason.TIMEOUT: "the deadline passed",
     Ask.Reason.SUPERSEDED_BY_QUESTION: "replaced by a newer question",
     Ask.Reason.SUPERSEDED_BY_MESSAGE: "replaced by a newer message",

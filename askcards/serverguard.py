@@ -56,7 +56,7 @@ from askcards.errors import Unauthenticated
 logger = logging.getLogger(__name__)
 
 # Routes that take an agent key (``Authorization: Bearer``): a path ending in "/" is a prefix.
-KEYED_PATHS: list[str] = ["/api/v1/", "/mcp"]
+KEYED_PATHS: list[str] = ["/api/v1/", "/mcp", "/hooks/"]
 # Routes with a smaller limit than DATA_UPLOAD_MAX_MEMORY_SIZE. The platform callbacks are signed
 # over their bodies, so nothing can be checked before the body is read: the limit is small instead.
 ROUTE_BODY_LIMITS: list[tuple[str, int]] = [("/callbacks/feishu/", MAX_CALLBACK_BYTES),

@@ -21,6 +21,7 @@ from askcards.consumers import PanelConsumer  # noqa: E402
 from askcards.api.urls import LONG_POLL_VIEWS  # noqa: E402
 from askcards.callbacks import CallbackApp, dingtalk_handle, feishu_handle  # noqa: E402
 from askcards.edge import BoundedBody, OriginValidator, no_socket  # noqa: E402
+from askcards.hosts.views import HOOK_VIEWS  # noqa: E402
 from askcards.mcp.app import McpApp  # noqa: E402
 from askcards.serverguard import guard_server  # noqa: E402
 
@@ -47,6 +48,8 @@ class StaticFiles(ASGIStaticFilesHandler):
 # URLRouter (typed as taking channels' own pattern type) is an app Django's static files handler
 # serves like its own: the `type: ignore[arg-type]`s below are those two seams.
 http_routes = [path(f"api/v1/{route}", LongPollApp(view.as_view())) for route, view in LONG_POLL_VIEWS.items()]
+# Agent hosts' hooks (Claude Code, Codex) wait for a person like a long-poll.
+http_routes += [path(f"hooks/{host}", LongPollApp(view.as_view())) for host, view in HOOK_VIEWS.items()]
 http_routes.append(path("callbacks/feishu/<str:app_id>/", CallbackApp(feishu_handle)))
 http_routes.append(path("callbacks/dingtalk/<str:client_id>/", CallbackApp(dingtalk_handle)))
 http_routes.append(path("mcp", McpApp()))  # MCP (Streamable HTTP): parked calls hold no thread either

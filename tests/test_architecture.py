@@ -12,7 +12,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "askcards"
 
-ENTRY_POINTS = ("askcards.api", "askcards.mcp", "askcards.callbacks", "askcards.consumers", "askcards.admin",
+ENTRY_POINTS = ("askcards.api", "askcards.mcp", "askcards.hosts", "askcards.callbacks", "askcards.consumers", "askcards.admin",
                 "askcards.worker", "askcards.management", "askcards.views")
 
 # (modules, what they must never import, why)
@@ -40,6 +40,8 @@ RULES = [
      "the API writes through services only"),
     ("askcards.admin", ("askcards.outbox", "askcards.api", "askcards.mcp"), "the admin writes through services only"),
     ("askcards.consumers", ("askcards.outbox", "askcards.api", "askcards.mcp"), "the panel socket is thin"),
+    ("askcards.hosts", ("askcards.outbox", "askcards.admin", "askcards.consumers", "askcards.api.views",
+                        "askcards.surfaces"), "agent hosts call public services and selectors only"),
     ("askcards.mcp", ("askcards.outbox", "askcards.admin", "askcards.consumers", "askcards.api.views",
                       "askcards.api.auth"), "MCP calls public services and selectors only"),
 ]
@@ -53,6 +55,7 @@ SERVICE_LAYERS = {
     "askcards.services.agents": 2,
     "askcards.services.tool_calls": 3,
     "askcards.services.dingtalk": 4,
+    "askcards.services.hosts": 4,
 }
 
 

@@ -32,6 +32,8 @@ class LongPoll:
     # again(final) -> the response body (JSON data), or None while still waiting (final=False only).
     again: Callable[[bool], Any]
     agent_id: int  # whose wait it is (the agent's parked-waits quota counts it while it waits)
+    # Run (in the pool) when the client goes away before the answer: what it waited for is withdrawn.
+    leave: Callable[[], None] | None = None
 
 
 class LongPollResponse(Response):
@@ -133,6 +135,8 @@ class LongPollApp:
             with metrics.parked("rest"), services.parked_wait(poll.agent_id):
                 response = await self._wait(poll, receive)
             if response is None:  # client went away
+                if poll.leave is not None:
+                    await in_pool(poll.leave)
                 return
         await edge.send_response(send, response, request)
 

@@ -48,7 +48,7 @@ def agent_for(authorization: str | None) -> Agent:
         raise Unauthorized(exc.message) from None
 
 
-def query_fields(query_string: bytes) -> dict[str, str]:
+def query_fields(query_string: bytes, allowed: tuple[str, ...] = QUERY_FIELDS) -> dict[str, str]:
     """The URL's parameters; InvalidInput for an unknown or repeated one."""
     try:
         pairs = parse_qsl(query_string.decode("utf-8"), keep_blank_values=True, strict_parsing=False)
@@ -56,8 +56,8 @@ def query_fields(query_string: bytes) -> dict[str, str]:
         raise InvalidInput("the URL's query string is not UTF-8") from None
     fields: dict[str, str] = {}
     for name, value in pairs:
-        if name not in QUERY_FIELDS:
-            raise InvalidInput(f"unknown URL parameter {name!r}; expected: {', '.join(QUERY_FIELDS)}")
+        if name not in allowed:
+            raise InvalidInput(f"unknown URL parameter {name!r}; expected: {', '.join(allowed)}")
         if name in fields:
             raise InvalidInput(f"URL parameter {name!r} is given twice")
         fields[name] = value
@@ -66,7 +66,13 @@ def query_fields(query_string: bytes) -> dict[str, str]:
 
 def caller_for(agent: Agent, query_string: bytes) -> Caller:
     """The caller of one MCP request: its session upserted from the URL (sync: runs in the pool)."""
-    fields = query_fields(query_string)
+    return caller_from(agent, query_fields(query_string))
+
+
+def caller_from(agent: Agent, fields: dict[str, str], *, where: str = "MCP URL", path: str = "/mcp") -> Caller:
+    """The caller a URL's parameters name (``/mcp``'s, an agent host hook's): its session upserted."""
+    fields = dict(fields)
+    how = HOW_TO_NAME.replace("/mcp?", f"{path}?")
     sender_id = fields.pop("sender_id", "")
     if len(sender_id) > SENDER_MAX_LENGTH:
         raise InvalidInput(f"sender_id is longer than {SENDER_MAX_LENGTH} characters")
@@ -75,7 +81,7 @@ def caller_for(agent: Agent, query_string: bytes) -> Caller:
     except jsonlimits.JSONRefused as exc:
         raise InvalidInput(str(exc)) from None
     if not fields.get("session"):
-        raise InvalidInput(f"this MCP URL names no session; {HOW_TO_NAME}")
+        raise InvalidInput(f"this {where} names no session; {how}")
     data = {"key" if name == "session" else name: value for name, value in fields.items()}
     serializer = SessionUpsertInput(data=data)
     if not serializer.is_valid():
@@ -83,7 +89,7 @@ def caller_for(agent: Agent, query_string: bytes) -> Caller:
             f"{'session' if name == 'key' else name}: {' '.join(str(m) for m in messages)}"
             for name, messages in serializer.errors.items()
         )
-        raise InvalidInput(f"invalid session in the MCP URL ({problems}); {HOW_TO_NAME}")
+        raise InvalidInput(f"invalid session in the {where} ({problems}); {how}")
     values = dict(serializer.validated_data)
     if "bot" in values:
         values["bot"] = services.session_bot(agent=agent, app_id=values["bot"], platform=values.get("platform"), key=values["key"])

@@ -6,6 +6,7 @@
 - ``feishu_progress`` — the Feishu progress card's runs and its cancel button.
 - ``dingtalk`` — the DingTalk tool's list/cancel actions and clicks on its cards (and on the panel).
 - ``agents`` — agents, keys, grants, their event feed, and the platform bots.
+- ``hosts`` — agent hosts' prompts (Claude Code, Codex) as asks, and their decisions.
 - ``retention`` — batched pruning of old audit rows, delivered outbox events and callback receipts.
 
 Entry points import ``askcards.services`` and call the names below; the modules import one
@@ -63,6 +64,7 @@ from .sessions import (
     session_recover,
     session_upsert,
 )
+from .hosts import NO_DECISION, HostWait, host_left, host_prompt, host_reply
 from .tool_calls import DEFAULT_TIMEOUT_SECONDS, MAX_TIMEOUT_SECONDS, ToolCallOutcome, tool_call
 
 __all__ = [
@@ -75,5 +77,5 @@ __all__ = [
     "dingtalk_callback", "dingtalk_click", "dingtalk_panel_answer", "PanelAnswer",
     "events_acknowledge", "events_retry", "expire_due", "infer_platform", "progress_put", "purge_answers", "parked_wait", "quota_check_ask", "quota_check_parked", "QUOTAS", "agent_quotas_set", "quota_limit",
     "session_bot", "session_cancel_request", "session_check_bot", "session_check_web_user", "session_message", "session_recover",
-    "session_upsert", "tool_call",
+    "session_upsert", "tool_call", "NO_DECISION", "HostWait", "host_left", "host_prompt", "host_reply",
 ]

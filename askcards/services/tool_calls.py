@@ -62,6 +62,7 @@ def tool_call(
     call_id: str | None = None,
     sender_id: str = "",
     timeout_seconds: int | None = None,
+    audit_detail: dict[str, Any] | None = None,
 ) -> ToolCallOutcome:
     """Run a model's tool call: validate, reserve, deliver, activate (or fail at once).
 
@@ -72,7 +73,8 @@ def tool_call(
     earlier call_id still returns its ask). Everything else is a
     tool-level outcome the model must see: invalid arguments, a tool this session lacks, no
     surface to ask on. ``timeout_seconds`` sets the deadline of tools that take the call's
-    timeout (``Tool.call_timeout``).
+    timeout (``Tool.call_timeout``). ``audit_detail`` goes on the ask's "created" audit row (what
+    a host's prompt showed, ``services.hosts``).
     """
     tool = tools.get(name)
     if tool is None:
@@ -143,7 +145,7 @@ def tool_call(
         shown_on = surfaces.reachable_surfaces(session, name)
         failure = None if shown_on else Ask.Reason.NO_SURFACE
     ask.surfaces = [surface.name for surface in shown_on]
-    raced = _reserve(ask, respondent_ids)
+    raced = _reserve(ask, respondent_ids, audit_detail or {})
     if raced is not None:
         return raced
 
@@ -202,7 +204,7 @@ def _check_respondent_id(owner: str) -> None:
         )
 
 
-def _reserve(ask: Ask, respondent_ids: list[str]) -> ToolCallOutcome | None:
+def _reserve(ask: Ask, respondent_ids: list[str], detail: dict[str, Any]) -> ToolCallOutcome | None:
     """Insert the new ask (reserved), its respondents and its "created" audit row in one
     transaction. When a concurrent retry with the same call_id won the insert, its outcome."""
     try:
@@ -212,7 +214,7 @@ def _reserve(ask: Ask, respondent_ids: list[str]) -> ToolCallOutcome | None:
                 Respondent(ask=ask, respondent_id=rid, respondent_key=rid.casefold(), position=index)
                 for index, rid in enumerate(respondent_ids)
             )
-            audit(ask, AskEvent.Kind.CREATED, "", Ask.Status.RESERVED, f"agent:{ask.agent.name}", detail={"tool": ask.tool})
+            audit(ask, AskEvent.Kind.CREATED, "", Ask.Status.RESERVED, f"agent:{ask.agent.name}", detail={"tool": ask.tool, **detail})
     except IntegrityError:
         existing = Ask.objects.select_related("session").get(agent=ask.agent, call_id=ask.call_id)
         return _existing_outcome(existing, ask.session, ask.tool)

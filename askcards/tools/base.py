@@ -34,6 +34,7 @@ ERROR_TEXTS = {
     "by_operator": "提问已被管理员取消",
     "session_cancelled": "任务已取消，提问随之取消",
     "pause_failed": "当前任务未能暂停，此卡已失效，请重新发起。",
+    "host_gone": "智能体已停止等待",
     "superseded_by_question": "问题已被新的提问取代",
     "superseded_by_message": "用户发送了新消息，问题已失效",
     "restart": "服务已重启，原问题上下文已失效，请重新发起。",

@@ -54,6 +54,7 @@ TERMINAL_CARD: dict[str, tuple[str, str, str]] = {
         "expired", "你在问题卡片发出后发送了新消息，此卡已失效。请重新发起需要填写的问题。", "已失效",
     ),
     "pause_failed": ("expired", "当前任务未能暂停，此卡已失效，请重新发起。", "已失效"),
+    "host_gone": ("expired", "已在终端处理，或智能体已停止等待。", "已失效"),
     "restart": ("expired", "服务已重启，原问题上下文已失效，请重新发起。", "已失效"),
     "dispatch_failed": ("expired", "回答已收到，但未能继续会话，请发送一条普通消息继续。", "已失效"),
     "delivery_failed": ("expired", "问题卡片发送失败。", "已失效"),

@@ -1,0 +1,95 @@
+"""Claude Code's ``http`` hooks: the event it posts, and the decision it obeys.
+
+``PermissionRequest`` (the prompt before a tool runs) becomes an approval; for ``AskUserQuestion``
+— Claude Code's own questions, whose input has ``ask_user_questions``' shape — the questions
+themselves, answered as ``allow`` with ``updatedInput.answers`` (question text → label, a
+multi-select's labels and the 其他 text joined by ", "), so the model reads the person's answer as
+if it had been typed in the terminal. Every other event gets no decision (``{}``): Claude Code
+carries on as it would without the hook.
+
+The decision shape, as the binary obeys it::
+
+    {"hookSpecificOutput": {"hookEventName": "PermissionRequest",
+                            "decision": {"behavior": "allow", "updatedInput": {...}, "updatedPermissions": [...]}}}
+    {"hookSpecificOutput": {"hookEventName": "PermissionRequest",
+                            "decision": {"behavior": "deny", "message": "..."}}}
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from askcards.tools import host_prompts as prompts
+from askcards.tools.host_prompts import Answer, HostEventError, Prompt
+
+HOST = "Claude Code"
+PERMISSION_REQUEST = "PermissionRequest"
+ASK_USER_QUESTION = "AskUserQuestion"
+# Events Claude Code sends that askcards has nothing to decide on: answered with no decision.
+NO_DECISION = frozenset({
+    "Notification", "PreToolUse", "PostToolUse", "Stop", "SubagentStop", "UserPromptSubmit",
+    "SessionStart", "SessionEnd", "PreCompact",
+})
+AUDIT_INPUT_CHARS = 4000
+
+
+def read_event(event: Any) -> Prompt | None:
+    """The prompt to ask about, or None when the event needs no decision (answered ``{}``);
+    HostEventError when it is not a Claude Code hook event at all."""
+    if not isinstance(event, dict):
+        raise HostEventError("the body must be a Claude Code hook event: a JSON object with hook_event_name")
+    name = event.get("hook_event_name")
+    if not isinstance(name, str) or not name:
+        raise HostEventError("the body has no hook_event_name: is this hook's URL meant for another host?")
+    if name != PERMISSION_REQUEST:
+        return None  # Notification, PreToolUse, Stop, …, and events a later Claude Code adds
+    tool_name = event.get("tool_name")
+    tool_input = event.get("tool_input")
+    if not isinstance(tool_name, str) or not tool_name:
+        raise HostEventError("a PermissionRequest event needs tool_name (a string)")
+    if not isinstance(tool_input, dict):
+        raise HostEventError("a PermissionRequest event needs tool_input (an object)")
+    cwd, session_id = _text(event.get("cwd")), _text(event.get("session_id"))
+    audit = {
+        "host": "claude-code", "event": name, "session_id": session_id[:200], "cwd": cwd[:500],
+        "tool_name": tool_name[:200], "tool_input": prompts.excerpt(_json(tool_input), AUDIT_INPUT_CHARS),
+    }
+    if tool_name == ASK_USER_QUESTION:
+        return prompts.host_questions(host=HOST, questions=tool_input.get("questions"), cwd=cwd,
+                                      session_id=session_id, tool_input=tool_input, audit=audit)
+    suggestions = event.get("permission_suggestions")
+    return prompts.approval(host=HOST, tool_name=tool_name, tool_input=tool_input, cwd=cwd, session_id=session_id,
+                            suggestions=suggestions if isinstance(suggestions, list) else None, audit=audit)
+
+
+def decision(prompt: Prompt, answer: Answer) -> dict[str, Any]:
+    """The host's decision for the person's answer."""
+    if prompt.kind == "questions":
+        updated = {**prompt.tool_input, "answers": prompts.answers_by_question(prompt, answer)}
+        return _output({"behavior": "allow", "updatedInput": updated})
+    choice, text = answer.choice()
+    if choice == prompts.ALLOW:
+        return _output({"behavior": "allow", "updatedInput": prompt.tool_input})
+    if choice == prompts.ALLOW_SESSION and prompt.suggestions:
+        return _output({"behavior": "allow", "updatedInput": prompt.tool_input,
+                        "updatedPermissions": prompt.suggestions})
+    # 拒绝, or only words written: a refusal whose reason the model reads.
+    return _output({"behavior": "deny", "message": deny_message(text, answer)})
+
+
+def deny_message(text: str, answer: Answer) -> str:
+    where = f" on {answer.surface}" if answer.surface else ""
+    said = f"The user denied this{where} (askcards)"
+    return f"{said}: {text}" if text else f"{said}."
+
+
+def _output(decision: dict[str, Any]) -> dict[str, Any]:
+    return {"hookSpecificOutput": {"hookEventName": PERMISSION_REQUEST, "decision": decision}}
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)

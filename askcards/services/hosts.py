@@ -1,0 +1,99 @@
+"""Agent hosts' prompts (``askcards.hosts``) as asks: made through the one tool-call pipeline, and
+read back as the host's decision while the host waits.
+
+The ask lives exactly as long as the host waits: its deadline is the wait's, and when the host
+stops waiting (its request closed: timed out, interrupted, or the prompt answered in the terminal)
+the ask is cancelled with ``host_gone``, withdrawing it from every card and panel — nobody answers
+into a void. The first answer wins, as everywhere; the host's decision names who gave it and where
+in the ask's audit ("delivered").
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from askcards.tools.host_prompts import Answer, HostEventError, Prompt
+from askcards.models import Agent, Ask, AskEvent, Respondent, Session
+
+from .asks import ask_cancel, audit
+from .tool_calls import tool_call
+
+logger = logging.getLogger(__name__)
+
+TOOL = "ask_user_questions"
+NO_DECISION: dict[str, Any] = {}  # the host carries on as it would without the hook (its own dialog)
+# Platforms whose sessions ask a host's prompts (an ask_user_questions form there).
+PLATFORMS = (Session.Platform.FEISHU, Session.Platform.WEB)
+
+Decide = Callable[[Prompt, Answer], dict[str, Any]]
+
+
+@dataclass
+class HostWait:
+    """A host's prompt asked: the ask the host now waits on, or the reply to give at once."""
+
+    ask_id: str | None
+    reply: dict[str, Any] | None = None
+
+
+def host_prompt(*, agent: Agent, session: Session, sender_id: str, prompt: Prompt, timeout_seconds: int) -> HostWait:
+    """Ask a host's prompt on the session's surfaces for ``timeout_seconds``. Nowhere to ask
+    (no panel open, no card) is no decision: the host shows its own dialog. HostEventError when
+    the prompt is not one the form can hold (the tool's own message)."""
+    if session.platform not in PLATFORMS:
+        raise HostEventError(
+            f"a {session.platform} session cannot show an agent host's prompts yet; name a Feishu or web session "
+            "in the hook URL (session=…&platform=feishu|web)")
+    outcome = tool_call(agent=agent, session=session, name=TOOL, arguments={"questions": prompt.questions},
+                        sender_id=sender_id, timeout_seconds=timeout_seconds, audit_detail={"host": prompt.audit})
+    if outcome.status == "pending":
+        assert outcome.ask is not None
+        return HostWait(outcome.ask.id)
+    if outcome.ask is None:  # refused before any ask existed: the host's input is not a form we can show
+        raise HostEventError(f"this prompt cannot be shown as a form: {outcome.tool_result}")
+    logger.info("host prompt of agent %s not asked (ask %s %s): no decision", agent.name, outcome.ask.id,
+                outcome.ask.reason)
+    return HostWait(None, NO_DECISION)
+
+
+def host_reply(*, agent: Agent, ask_id: str, prompt: Prompt, decide: Decide, final: bool) -> dict[str, Any] | None:
+    """The host's reply once its prompt's ask ended: the decision its answer makes, else no
+    decision. None while it is open and the host may keep waiting (``final`` False). When the
+    wait ends (``final``) with the ask still open, the host is about to stop waiting: the ask is
+    withdrawn (``host_gone``) unless an answer wins first."""
+    status = Ask.objects.filter(pk=ask_id, agent=agent).values_list("status", flat=True).first()
+    if status in Ask.OPEN:
+        if not final:
+            return None
+        host_left(agent=agent, ask_id=ask_id)
+    ask = Ask.objects.select_related("session", "agent").get(pk=ask_id, agent=agent)
+    if ask.status != Ask.Status.ANSWERED:
+        return NO_DECISION
+    row = ask.respondents.filter(status=Respondent.Status.SUBMITTED).order_by("position").first()
+    answer = Answer(answers=list((ask.result or {}).get("answers") or []),
+                    by=row.respondent_id if row else "", surface=row.surface if row else "")
+    reply = decide(prompt, answer)
+    behavior = _behavior(reply)
+    audit(ask, AskEvent.Kind.DELIVERED, ask.status, ask.status, f"agent:{agent.name}", answer.surface,
+          {"host": prompt.audit, "decision": behavior, "by": answer.by})
+    return reply
+
+
+def host_left(*, agent: Agent, ask_id: str) -> None:
+    """The host stopped waiting for this prompt: withdraw its ask everywhere (if still open)."""
+    ask = Ask.objects.select_related("session", "agent").filter(pk=ask_id, agent=agent).first()
+    if ask is not None and ask.is_open and ask_cancel(ask=ask, reason=Ask.Reason.HOST_GONE, actor=f"agent:{agent.name}"):
+        logger.info("ask %s withdrawn: agent %s's host stopped waiting", ask_id, agent.name)
+
+
+def _behavior(reply: Any) -> str:
+    """The decision's ``behavior`` (allow / deny), wherever the host's shape puts it."""
+    if isinstance(reply, dict):
+        behavior = reply.get("behavior")
+        if isinstance(behavior, str):
+            return behavior
+        for value in reply.values():
+            if found := _behavior(value):
+                return found
+    return ""

@@ -1,0 +1,179 @@
+"""What a host's prompt becomes on askcards' surfaces, whatever the host: an approval (允许 / 拒绝
+with a reason / 本会话内允许) or the host's own questions, as ``ask_user_questions`` arguments, and
+the person's answer read back off that ask.
+
+An approval shows what the tool wants to do the way a person can judge it: the command, the file
+and a bounded excerpt of an edit, the URL of a fetch, an MCP tool and its arguments. The host, its
+working directory and its session id head the question, so a person answering from a phone knows
+which terminal is asking.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from .ask_user_questions import INPUT_SCHEMA
+
+ALLOW = "允许"
+DENY = "拒绝"
+ALLOW_SESSION = "本会话内允许"
+HEADER = "权限请求"
+
+# The ask_user_questions schema's bounds: what a question and an option description may hold.
+_ITEM = INPUT_SCHEMA["properties"]["questions"]["items"]["properties"]
+QUESTION_MAX = _ITEM["question"]["maxLength"]
+DESCRIPTION_MAX = _ITEM["options"]["items"]["properties"]["description"]["maxLength"]
+EXCERPT_CHARS = 1200  # of a command, a diff or arguments: a screenful a person can judge
+
+
+class HostEventError(ValueError):
+    """The host's event is not one askcards can ask about; ``str(error)`` says why (a 400)."""
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """What to ask, and what the host's decision needs back."""
+
+    kind: str  # "permission" | "questions"
+    questions: list[dict[str, Any]]  # ask_user_questions' ``questions``
+    audit: dict[str, Any]  # the host's context and the exact tool input shown (bounded), for the audit row
+    tool_input: dict[str, Any] = field(default_factory=dict)
+    host_questions: tuple[str, ...] = ()  # "questions": the host's own question texts, by position
+    suggestions: list[Any] | None = None  # "permission": what 本会话内允许 answers with
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The person's answer to a prompt's ask, as the ask's result holds it."""
+
+    answers: list[dict[str, Any]]  # ask_user_questions' answers: {question, selectedLabels, customInput}
+    by: str = ""  # the respondent
+    surface: str = ""
+
+    def choice(self) -> tuple[str, str]:
+        """An approval's (label chosen, the text written), "" for either that is missing."""
+        first = self.answers[0] if self.answers else {}
+        labels = first.get("selectedLabels") or []
+        return (str(labels[0]) if labels else ""), str(first.get("customInput") or "").strip()
+
+
+def excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:
+    text = text if isinstance(text, str) else json.dumps(text, ensure_ascii=False)
+    return text if len(text) <= limit else text[:limit] + f"…（其余 {len(text) - limit} 个字符未显示）"
+
+
+def diff(old: str, new: str, limit: int = EXCERPT_CHARS) -> str:
+    """An edit as removed and added lines, each side an excerpt of half the room."""
+    removed = "\n".join("- " + line for line in old.splitlines())
+    added = "\n".join("+ " + line for line in new.splitlines())
+    return f"{excerpt(removed, limit // 2)}\n{excerpt(added, limit // 2)}"
+
+
+def _arguments(value: Any) -> str:
+    return excerpt(json.dumps(value, ensure_ascii=False, indent=1, sort_keys=True))
+
+
+def describe_tool(tool_name: str, tool_input: dict[str, Any]) -> str:
+    """What the tool wants to do, in words and an excerpt a person can judge."""
+    def text(key: str) -> str:
+        return str(tool_input.get(key) or "")
+
+    if tool_name == "Bash":
+        lines = [f"执行命令：\n{excerpt(text('command'))}"]
+        if text("description"):
+            lines.append(f"说明：{excerpt(text('description'), 300)}")
+        return "\n".join(lines)
+    if tool_name == "Edit":
+        every = "（全部替换）" if tool_input.get("replace_all") else ""
+        return f"编辑文件{every}：{text('file_path')}\n{diff(text('old_string'), text('new_string'))}"
+    if tool_name == "MultiEdit":
+        edits = [e for e in tool_input.get("edits") or [] if isinstance(e, dict)]
+        share = EXCERPT_CHARS // max(1, min(len(edits), 4))
+        shown = [diff(str(e.get("old_string", "")), str(e.get("new_string", "")), share) for e in edits[:4]]
+        more = f"\n…（另有 {len(edits) - 4} 处）" if len(edits) > 4 else ""
+        return f"编辑文件（{len(edits)} 处）：{text('file_path')}\n" + "\n".join(shown) + more
+    if tool_name == "Write":
+        return f"写入文件：{text('file_path')}\n{excerpt(text('content'))}"
+    if tool_name == "NotebookEdit":
+        return f"编辑笔记本：{text('notebook_path')}\n{excerpt(text('new_source'))}"
+    if tool_name == "WebFetch":
+        return f"访问网址：{excerpt(text('url'), 500)}\n{excerpt(text('prompt'), 300)}".rstrip()
+    if tool_name == "WebSearch":
+        return f"搜索：{excerpt(text('query'), 500)}"
+    if tool_name.startswith("mcp__"):
+        server, _, name = tool_name[len("mcp__"):].partition("__")
+        return f"调用 MCP 工具：{server} / {name or '?'}\n参数：{_arguments(tool_input)}"
+    return f"使用工具 {tool_name}\n参数：{_arguments(tool_input)}"
+
+
+def context_line(host: str, cwd: str, session_id: str) -> str:
+    parts = [host]
+    if cwd:
+        parts.append(f"目录 {excerpt(cwd, 200)}")
+    if session_id:
+        parts.append(f"会话 {excerpt(session_id, 60)}")
+    return " · ".join(parts)
+
+
+def describe_suggestions(suggestions: list[Any]) -> str:
+    """本会话内允许's description: the rules it adds, in the host's own words."""
+    rules = []
+    for item in suggestions:
+        if isinstance(item, dict):
+            for rule in item.get("rules") or []:
+                if isinstance(rule, dict) and rule.get("toolName"):
+                    content = rule.get("ruleContent")
+                    rules.append(f"{rule['toolName']}({content})" if content else str(rule["toolName"]))
+            if item.get("type") == "setMode" and item.get("mode"):
+                rules.append(f"模式 {item['mode']}")
+            if item.get("type") == "addDirectories":
+                rules.extend(f"目录 {d}" for d in item.get("directories") or [])
+    said = "、".join(rules) if rules else "同类操作"
+    return excerpt(f"本会话内不再询问：{said}", DESCRIPTION_MAX)
+
+
+def approval(*, host: str, tool_name: str, tool_input: dict[str, Any], cwd: str, session_id: str,
+             suggestions: list[Any] | None, audit: dict[str, Any]) -> Prompt:
+    """An approval prompt: the question says what the tool wants to do and who asks."""
+    head = context_line(host, cwd, session_id)
+    body = describe_tool(tool_name, tool_input)
+    question = f"{head}\n{body}"
+    if len(question) > QUESTION_MAX:
+        question = question[:QUESTION_MAX - 1] + "…"
+    options = [
+        {"label": ALLOW, "description": "只允许这一次"},
+        {"label": DENY, "description": "可在「其他」里写明理由，智能体会读到"},
+    ]
+    if suggestions:
+        options.append({"label": ALLOW_SESSION, "description": describe_suggestions(suggestions)})
+    return Prompt(kind="permission", questions=[{"question": question, "header": HEADER, "options": options}],
+                  audit=audit, tool_input=tool_input, suggestions=suggestions or None)
+
+
+def host_questions(*, host: str, questions: Any, cwd: str, session_id: str, tool_input: dict[str, Any],
+                   audit: dict[str, Any]) -> Prompt:
+    """The host's own questions (Claude Code's ``AskUserQuestion``: the same shape as
+    ``ask_user_questions``), asked as they are; the first says which host asks. Checked by the
+    ask tool itself when the ask is made."""
+    if not isinstance(questions, list) or not questions or not all(isinstance(q, dict) for q in questions):
+        raise HostEventError("tool_input.questions must be a non-empty list of question objects")
+    texts = tuple(str(q.get("question", "")) for q in questions)
+    shown = [dict(q) for q in questions]
+    note = f"\n（{context_line(host, cwd, session_id)}）"
+    if isinstance(shown[0].get("question"), str) and len(shown[0]["question"]) + len(note) <= QUESTION_MAX:
+        shown[0]["question"] += note
+    return Prompt(kind="questions", questions=shown, audit=audit, tool_input=tool_input, host_questions=texts)
+
+
+def answers_by_question(prompt: Prompt, answer: Answer) -> dict[str, str]:
+    """The host's question text → the person's answer: the labels chosen, then the 其他 text,
+    joined by ", " (a multi-select's labels too)."""
+    found: dict[str, str] = {}
+    for index, text in enumerate(prompt.host_questions):
+        item = answer.answers[index] if index < len(answer.answers) else {}
+        parts = [str(label) for label in item.get("selectedLabels") or []]
+        if item.get("customInput"):
+            parts.append(str(item["customInput"]).strip())
+        found[text] = ", ".join(part for part in parts if part)
+    return found

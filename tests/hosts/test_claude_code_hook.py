@@ -1,0 +1,217 @@
+"""``POST /hooks/claude-code`` through the real ASGI application: Claude Code's hook events become
+asks on the session's surfaces, and the person's answer comes back in Claude Code's decision
+shape; the host stopping to wait withdraws the ask; bad events change nothing."""
+import asyncio
+import json
+
+import pytest
+from channels.db import database_sync_to_async
+from channels.testing import ApplicationCommunicator, HttpCommunicator
+
+from askcards import services
+from askcards.models import Ask, AskEvent
+from project.asgi import application
+from tests.surfaces import RecordingSurface
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
+
+SESSION_URL = "/hooks/claude-code?session=web/alice&platform=web&web_user=alice"
+BASH = {
+    "session_id": "5f1c2d3e-claude", "transcript_path": "/tmp/t.jsonl", "cwd": "/home/alice/shop",
+    "permission_mode": "default", "hook_event_name": "PermissionRequest", "tool_name": "Bash",
+    "tool_input": {"command": "rm -rf build && make", "description": "Rebuild from scratch"},
+}
+SUGGESTION = [{"type": "addRules", "rules": [{"toolName": "Bash", "ruleContent": "make:*"}],
+               "behavior": "allow", "destination": "session"}]
+QUESTIONS = [
+    {"question": "Which database should we use?", "header": "Database", "multiSelect": False,
+     "options": [{"label": "PostgreSQL", "description": "server"}, {"label": "SQLite", "description": "file"}]},
+    {"question": "Which platforms?", "header": "Platforms", "multiSelect": True,
+     "options": [{"label": "Feishu", "description": ""}, {"label": "DingTalk", "description": ""},
+                 {"label": "Web", "description": ""}]},
+]
+
+
+@pytest.fixture
+def present(agent_and_key):
+    """alice's panel is reachable for every session (the recording surface stands in for it)."""
+    original = RecordingSurface.reachable
+    RecordingSurface.reachable = lambda self, session, tool: True
+    yield agent_and_key
+    RecordingSurface.reachable = original
+
+
+def _scope(path, key, raw):
+    path, _, query = path.partition("?")
+    headers = [(b"host", b"testserver"), (b"content-type", b"application/json"),
+               (b"content-length", str(len(raw)).encode())]
+    if key:
+        headers.append((b"authorization", f"Bearer {key}".encode()))
+    return {"type": "http", "http_version": "1.1", "method": "POST", "path": path, "raw_path": path.encode(),
+            "query_string": query.encode(), "headers": headers, "scheme": "http", "server": ("testserver", 80),
+            "client": ("127.0.0.1", 5000)}
+
+
+def _post(path, key, body):
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return HttpCommunicator(application, "POST", path, body=raw, headers=_scope(path, key, raw)["headers"])
+
+
+async def _open_ask(timeout=5.0):
+    """The ask the hook made, once it is pending."""
+    for _ in range(int(timeout / 0.05)):
+        ask = await database_sync_to_async(lambda: Ask.objects.filter(status="pending").first())()
+        if ask is not None:
+            return ask
+        await asyncio.sleep(0.05)
+    raise AssertionError("the hook made no pending ask")
+
+
+async def _answer(ask, labels, custom=None):
+    answers = [{"question": q["question"], "selectedLabels": labels[i] if i < len(labels) else [],
+                "customInput": custom if i == 0 else None} for i, q in enumerate(ask.questions)]
+    outcome = await database_sync_to_async(services.ask_answer)(ask_id=ask.id, answers=answers, surface="web")
+    assert outcome.accepted, outcome.error
+
+
+async def _decided(key, event, labels, custom=None, path=SESSION_URL):
+    hook = asyncio.ensure_future(_post(path, key, event).get_response(timeout=20))
+    ask = await _open_ask()
+    await _answer(ask, labels, custom)
+    response = await hook
+    assert response["status"] == 200, response["body"]
+    return ask, json.loads(response["body"])
+
+
+async def test_an_approved_command_is_allowed_with_its_input(present):
+    agent, key = present
+    ask, reply = await _decided(key, BASH, [["允许"]])
+
+    assert reply == {"hookSpecificOutput": {"hookEventName": "PermissionRequest",
+                                            "decision": {"behavior": "allow", "updatedInput": BASH["tool_input"]}}}
+    # The person saw what the command does and which terminal asks.
+    question = ask.questions[0]
+    assert question["header"] == "权限请求"
+    assert "rm -rf build && make" in question["question"]
+    assert "Claude Code" in question["question"] and "/home/alice/shop" in question["question"]
+    assert [o["label"] for o in question["options"]] == ["允许", "拒绝"]
+    # The audit names the exact input shown, and who allowed it where.
+    rows = await database_sync_to_async(lambda: list(AskEvent.objects.filter(ask_id=ask.id).order_by("id")))()
+    created = next(r for r in rows if r.kind == "created")
+    assert created.detail["host"]["tool_name"] == "Bash"
+    assert "rm -rf build" in created.detail["host"]["tool_input"]
+    delivered = next(r for r in rows if r.kind == "delivered")
+    assert (delivered.detail["decision"], delivered.detail["by"], delivered.surface) == ("allow", "alice", "web")
+
+
+async def test_a_refusal_carries_the_persons_reason_to_the_model(present):
+    _, key = present
+    _, reply = await _decided(key, BASH, [["拒绝"]], custom="先别删 build，里面有手工改过的文件")
+
+    decision = reply["hookSpecificOutput"]["decision"]
+    assert decision["behavior"] == "deny"
+    assert decision["message"].endswith("先别删 build，里面有手工改过的文件")
+    assert "updatedInput" not in decision
+
+
+async def test_allow_for_the_session_answers_with_the_hosts_suggestion(present):
+    _, key = present
+    event = {**BASH, "permission_suggestions": SUGGESTION}
+    ask, reply = await _decided(key, event, [["本会话内允许"]])
+
+    option = ask.questions[0]["options"][2]
+    assert option["label"] == "本会话内允许" and "Bash(make:*)" in option["description"]
+    decision = reply["hookSpecificOutput"]["decision"]
+    assert decision == {"behavior": "allow", "updatedInput": BASH["tool_input"], "updatedPermissions": SUGGESTION}
+
+
+async def test_an_edit_shows_the_file_and_a_bounded_diff(present):
+    _, key = present
+    event = {**BASH, "tool_name": "Edit", "tool_input": {
+        "file_path": "/home/alice/shop/app.py", "old_string": "DEBUG = True\n" * 500, "new_string": "DEBUG = False"}}
+    ask, _ = await _decided(key, event, [["允许"]])
+    text = ask.questions[0]["question"]
+    assert "编辑文件：/home/alice/shop/app.py" in text and "- DEBUG = True" in text and "+ DEBUG = False" in text
+    assert len(text) <= 2000 and "未显示" in text
+
+
+async def test_ask_user_question_is_answered_as_if_typed_in_the_terminal(present):
+    _, key = present
+    event = {**BASH, "tool_name": "AskUserQuestion", "tool_input": {"questions": QUESTIONS}}
+    ask, reply = await _decided(key, event, [["SQLite"], ["Feishu", "Web"]], custom=None)
+
+    assert [q["header"] for q in ask.questions] == ["Database", "Platforms"]
+    decision = reply["hookSpecificOutput"]["decision"]
+    assert decision["behavior"] == "allow"
+    assert decision["updatedInput"] == {"questions": QUESTIONS, "answers": {
+        "Which database should we use?": "SQLite", "Which platforms?": "Feishu, Web"}}
+
+
+async def test_other_events_get_no_decision_and_ask_nothing(present):
+    _, key = present
+    for event in ({**BASH, "hook_event_name": "Notification", "message": "Claude needs your permission"},
+                  {**BASH, "hook_event_name": "SomethingNewer"}):
+        response = await _post(SESSION_URL, key, event).get_response(timeout=10)
+        assert (response["status"], json.loads(response["body"])) == (200, {})
+    assert await database_sync_to_async(Ask.objects.count)() == 0
+
+
+@pytest.mark.parametrize("body, says", [
+    (b"{not json", "JSON"),
+    ([1, 2], "hook_event_name"),
+    ({"tool_name": "Bash"}, "hook_event_name"),
+    ({**BASH, "tool_input": "rm -rf /"}, "tool_input"),
+    ({**BASH, "tool_name": "AskUserQuestion", "tool_input": {"questions": [
+        {**QUESTIONS[0], "options": [{"label": str(n)} for n in range(6)]}]}}, "options"),
+])
+async def test_bad_events_are_refused_clearly_and_change_nothing(present, body, says):
+    _, key = present
+    response = await _post(SESSION_URL, key, body).get_response(timeout=10)
+    assert response["status"] == 400, response["body"]
+    error = json.loads(response["body"])["error"]
+    assert error["code"] in ("invalid_input", "malformed_json") and says in error["message"]
+    assert await database_sync_to_async(Ask.objects.count)() == 0
+
+
+async def test_no_key_is_401_and_an_ungranted_user_403(present):
+    _, key = present
+    response = await _post(SESSION_URL, None, BASH).get_response(timeout=10)
+    assert response["status"] == 401
+    response = await _post("/hooks/claude-code?session=web/zed&platform=web&web_user=zed", key, BASH).get_response(timeout=10)
+    assert response["status"] == 403 and json.loads(response["body"])["error"]["code"] == "web_user_not_granted"
+    assert await database_sync_to_async(Ask.objects.count)() == 0
+
+
+async def test_the_host_giving_up_withdraws_the_ask_everywhere(present):
+    _, key = present
+    raw = json.dumps(BASH).encode()
+    host = ApplicationCommunicator(application, _scope(SESSION_URL, key, raw))
+    await host.send_input({"type": "http.request", "body": raw, "more_body": False})
+    ask = await _open_ask()
+    await host.send_input({"type": "http.disconnect"})  # Ctrl-C, its timeout, or answered in the terminal
+
+    for _ in range(100):
+        await asyncio.sleep(0.05)
+        ask = await database_sync_to_async(Ask.objects.get)(pk=ask.id)
+        if ask.status != "pending":
+            break
+    assert (ask.status, ask.reason) == ("cancelled", "host_gone")
+    assert ("withdraw", ask.id) in [(hook, ask_id) for hook, ask_id, _ in RecordingSurface.calls]
+    # A late answer is refused as for any ended ask.
+    late = await database_sync_to_async(services.ask_answer)(
+        ask_id=ask.id, answers=[{"question": ask.questions[0]["question"], "selectedLabels": ["允许"],
+                                 "customInput": None}], surface="web")
+    assert not late.accepted
+    await host.wait(timeout=5)
+
+
+async def test_the_wait_ends_with_no_decision_just_before_the_hosts_timeout(present, monkeypatch):
+    from askcards.hosts import views
+
+    _, key = present
+    monkeypatch.setattr(views, "HOOK_MARGIN_SECONDS", 14)  # a 15 s hook: askcards answers after 1 s
+    response = await _post(SESSION_URL + "&timeout=15", key, BASH).get_response(timeout=10)
+
+    assert (response["status"], json.loads(response["body"])) == (200, {})
+    ask = await database_sync_to_async(Ask.objects.get)()
+    assert (ask.status, ask.reason) == ("cancelled", "host_gone")
