@@ -19,6 +19,9 @@ from askcards.models import Agent, Session
 
 SESSION_FIELDS = ("platform", "web_user", "chat_type", "chat_id", "user_id", "user_name", "bot")
 QUERY_FIELDS = ("session", *SESSION_FIELDS, "sender_id")
+# ``/mcp`` only: ``permission_prompt=1`` also lists the headless permission-prompt tool
+# (``askcards.hosts.prompt_tool``), for ``claude -p --permission-prompt-tool``.
+MCP_FIELDS = (*QUERY_FIELDS, "permission_prompt")
 SENDER_MAX_LENGTH = 200
 
 HOW_TO_NAME = (
@@ -38,6 +41,7 @@ class Caller:
     agent: Agent
     session: Session
     sender_id: str
+    permission_prompt: bool = False  # the URL asks for the permission-prompt tool
 
 
 def agent_for(authorization: str | None) -> Agent:
@@ -66,7 +70,12 @@ def query_fields(query_string: bytes, allowed: tuple[str, ...] = QUERY_FIELDS) -
 
 def caller_for(agent: Agent, query_string: bytes) -> Caller:
     """The caller of one MCP request: its session upserted from the URL (sync: runs in the pool)."""
-    return caller_from(agent, query_fields(query_string))
+    fields = query_fields(query_string, MCP_FIELDS)
+    flag = fields.pop("permission_prompt", None)
+    if flag not in (None, "0", "1"):
+        raise InvalidInput(f"permission_prompt must be 1 (list the permission-prompt tool) or 0, got {flag[:20]!r}")
+    caller = caller_from(agent, fields)
+    return Caller(caller.agent, caller.session, caller.sender_id, permission_prompt=flag == "1")
 
 
 def caller_from(agent: Agent, fields: dict[str, str], *, where: str = "MCP URL", path: str = "/mcp") -> Caller:

@@ -42,7 +42,9 @@ from pydantic import ValidationError
 from askcards import events, selectors, services, tools
 from askcards.db import in_pool
 from askcards.errors import AskcardsError, NotFound, QuotaExceeded
+from askcards.hosts import prompt_tool
 from askcards.models import Agent, Ask
+from askcards.tools.host_prompts import HostEventError
 
 from . import results
 from .caller import Caller, caller_for
@@ -156,18 +158,21 @@ async def _serve_caller(ctx: ServerRequestContext[Any, Any], call_next: CallNext
 
 
 async def list_tools(ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
-    session = _caller.get().session
-    return types.ListToolsResult(
-        tools=[
-            types.Tool(
-                name=tool.name,
-                description=tool.description,
-                input_schema=tool.input_schema,
-                execution=types.ToolExecution(task_support="optional"),
-            )
-            for tool in tools.tools_for(platform=session.platform, is_subagent=session.is_subagent)
-        ]
-    )
+    caller = _caller.get()
+    session = caller.session
+    listed = [
+        types.Tool(
+            name=tool.name,
+            description=tool.description,
+            input_schema=tool.input_schema,
+            execution=types.ToolExecution(task_support="optional"),
+        )
+        for tool in tools.tools_for(platform=session.platform, is_subagent=session.is_subagent)
+    ]
+    if caller.permission_prompt:
+        listed.append(types.Tool(name=prompt_tool.NAME, description=prompt_tool.DESCRIPTION,
+                                 input_schema=prompt_tool.INPUT_SCHEMA))
+    return types.ListToolsResult(tools=listed)
 
 
 async def _run(ctx: ServerRequestContext[Any, Any], caller: Caller, name: str, arguments: Any) -> services.ToolCallOutcome:
@@ -211,6 +216,8 @@ def _call_result(status: str, text: str | None, ask: Ask | None) -> types.CallTo
 
 async def call_tool(ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> types.CallToolResult:
     caller = _caller.get()
+    if caller.permission_prompt and params.name == prompt_tool.NAME:
+        return await permission_prompt(ctx, caller, params.arguments)
     tool = tools.get(params.name)
     if tool is not None and tool.blocking:
         try:  # before the call, so a refusal changes nothing
@@ -240,6 +247,45 @@ async def call_tool(ctx: ServerRequestContext[Any, Any], params: types.CallToolR
     if not ask.blocking:  # the DingTalk tool answers at once; its later outcome is its task's
         return _call_result(outcome.status, outcome.tool_result, ask)
     return _call_result(ask.status, (ask.result or {}).get("tool_result"), ask)
+
+
+async def permission_prompt(ctx: ServerRequestContext[Any, Any], caller: Caller, arguments: Any) -> types.CallToolResult:
+    """The headless permission prompt (``askcards.hosts.prompt_tool``): an approval asked like a
+    hook's, parked until it ends; the client going away withdraws it (``host_gone``)."""
+
+    def reply(decision: dict[str, Any]) -> types.CallToolResult:
+        text = json.dumps(decision, ensure_ascii=False)
+        return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
+
+    try:
+        prompt = prompt_tool.read_call(arguments)
+    except HostEventError as exc:
+        return reply(prompt_tool.refusal(f"askcards could not ask about this: {exc}"))
+    meta = (ctx.params or {}).get("_meta") or {}
+    timeout = meta.get(results.TIMEOUT_META)
+    if not isinstance(timeout, int) or isinstance(timeout, bool) or timeout < 1:
+        timeout = services.DEFAULT_TIMEOUT_SECONDS
+    try:
+        services.quota_check_parked(agent=caller.agent)
+        asked = await in_pool(services.host_prompt, agent=caller.agent, session=caller.session,
+                              sender_id=caller.sender_id, prompt=prompt, timeout_seconds=timeout)
+    except QuotaExceeded as exc:
+        return reply(prompt_tool.refusal(exc.message))
+    except (HostEventError, AskcardsError) as exc:
+        return reply(prompt_tool.refusal(f"askcards could not ask about this: {exc}"))
+    if asked.ask_id is None:
+        return reply(prompt_tool.refusal(prompt_tool.NOBODY))
+    ask_id = asked.ask_id
+    try:
+        async with events.Subscription("MCP call") as subscription:
+            await _park(ctx, caller, ask_id, subscription)
+    except BaseException:  # the client went away (its request cancelled): nobody answers into a void
+        with anyio.CancelScope(shield=True):
+            await in_pool(services.host_left, agent=caller.agent, ask_id=ask_id)
+        raise
+    decided = await in_pool(services.host_reply, agent=caller.agent, ask_id=ask_id, prompt=prompt,
+                            decide=prompt_tool.decision, final=True)
+    return reply(decided or prompt_tool.refusal(prompt_tool.UNANSWERED))
 
 
 async def call_as_task(ctx: ServerRequestContext[Any, Any], caller: Caller, raw: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,76 @@
+"""The headless permission-prompt tool over MCP, against a real ``serve`` with the official SDK's
+client (as ``claude -p --permission-prompt-tool mcp__askcards__permission_prompt`` calls it): listed
+only when the URL asks for it, answered on the web panel, returned in the contract's JSON text."""
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from tests.mcp import support
+
+
+PROMPT_URL = support.WEB_SESSION + "&permission_prompt=1"
+BASH = {"tool_name": "Bash", "input": {"command": "git push --force"}, "tool_use_id": "toolu_01"}
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    with support.seeded(tmp_path_factory.mktemp("prompt-tool")) as (base, seed):
+        yield base, seed["key"], support.login_cookie(base)
+
+
+def run(scenario):
+    async def bounded():
+        async with asyncio.timeout(90):
+            return await scenario()
+    return asyncio.run(bounded())
+
+
+async def _call_answered(base, key, cookie, labels, custom=None):
+    async with support.Panel.open(base, cookie) as panel, support.client(base, key, PROMPT_URL) as mcp:
+        call = asyncio.ensure_future(mcp.call_tool("permission_prompt", BASH))
+        shown = await panel.next_ask()
+        question = shown["questions"][0]
+        answers = [{"question": question["question"], "selectedLabels": labels, "customInput": custom}]
+        await panel.socket.send(json.dumps({"type": "ask_user_questions_result", "requestId": shown["requestId"],
+                                            "answers": answers}))
+        result = await call
+        return question, json.loads(result.content[0].text)
+
+
+def test_the_tool_is_listed_only_when_the_url_asks_for_it(served):
+    base, key, _ = served
+
+    async def scenario():
+        async with support.client(base, key) as plain, support.client(base, key, PROMPT_URL) as prompting:
+            return ([t.name for t in (await plain.list_tools()).tools],
+                    [t.name for t in (await prompting.list_tools()).tools])
+
+    plain, prompting = run(scenario)
+    assert "permission_prompt" not in plain
+    assert prompting == [*plain, "permission_prompt"]
+
+
+def test_allowed_on_the_panel_the_tool_says_allow_with_the_input(served):
+    question, decision = run(lambda: _call_answered(*served, ["允许"]))
+    assert "git push --force" in question["question"]
+    assert decision == {"behavior": "allow", "updatedInput": BASH["input"]}
+
+
+def test_denied_on_the_panel_the_reason_reaches_the_model(served):
+    _, decision = run(lambda: _call_answered(*served, ["拒绝"], custom="main is protected"))
+    assert decision["behavior"] == "deny" and decision["message"].endswith("main is protected")
+
+
+def test_bad_arguments_are_a_denial_not_an_allow(served):
+    base, key, _ = served
+
+    async def scenario():
+        async with support.client(base, key, PROMPT_URL) as mcp:
+            return await mcp.call_tool("permission_prompt", {"tool_name": "Bash", "input": "rm -rf /"})
+
+    result = run(scenario)
+    decision = json.loads(result.content[0].text)
+    assert decision["behavior"] == "deny" and "input" in decision["message"]
