@@ -44,7 +44,8 @@ def read_call(arguments: Any) -> Prompt:
         raise HostEventError("arguments.tool_name must be the name of the tool to allow (a string)")
     if not isinstance(tool_input, dict):
         raise HostEventError("arguments.input must be that tool's input (an object)")
-    tool_use_id = arguments.get("tool_use_id") if isinstance(arguments.get("tool_use_id"), str) else ""
+    raw_id = arguments.get("tool_use_id")
+    tool_use_id = raw_id if isinstance(raw_id, str) else ""
     audit = {"host": "claude-code", "event": "permission_prompt_tool", "tool_use_id": tool_use_id[:200],
              "tool_name": tool_name[:200],
              "tool_input": prompts.excerpt(claude_code._json(tool_input), claude_code.AUDIT_INPUT_CHARS)}
