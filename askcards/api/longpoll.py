@@ -29,7 +29,8 @@ from askcards.db import in_pool
 class LongPoll:
     groups: list[str]
     timeout: float
-    # again(final) -> the response body (JSON data), or None while still waiting (final=False only).
+    # again(final) -> the response body (JSON data, or a whole HttpResponse), or None while still
+    # waiting (final=False only).
     again: Callable[[bool], Any]
     agent_id: int  # whose wait it is (the agent's parked-waits quota counts it while it waits)
     # Run (in the pool) when the client goes away before the answer: what it waited for is withdrawn.
@@ -198,5 +199,7 @@ class LongPollApp:
 
 
 def _json(data: Any) -> HttpResponse:
+    if isinstance(data, HttpResponse):
+        return data
     return HttpResponse(JSONRenderer().render(data), content_type="application/json")
 

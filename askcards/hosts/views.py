@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.http import HttpResponse
 from rest_framework.views import APIView
 
 from askcards import events, services
@@ -21,7 +22,7 @@ from askcards.errors import InvalidInput
 from askcards.mcp.caller import QUERY_FIELDS, caller_from, query_fields
 from askcards.tools.host_prompts import HostEventError
 
-from . import claude_code
+from . import claude_code, codex
 
 DEFAULT_TIMEOUT_SECONDS = 600  # Claude Code's default for a hook
 HOOK_MARGIN_SECONDS = 5
@@ -44,6 +45,16 @@ class HookView(APIView):
 
     host: Any = claude_code
     path = "/hooks/claude-code"
+    # How the host reads "no decision" (it carries on as without the hook: its own dialog).
+    no_decision_status = 200
+
+    def no_decision(self) -> HttpResponse:
+        if self.no_decision_status == 204:
+            return HttpResponse(status=204)
+        return HttpResponse(b"{}", content_type="application/json")
+
+    def reply(self, data: dict[str, Any] | None) -> Any:
+        return self.no_decision() if data is services.NO_DECISION else data
 
     def post(self, request):
         agent = request.user
@@ -55,7 +66,7 @@ class HookView(APIView):
         except HostEventError as exc:
             raise InvalidInput(str(exc)) from None
         if prompt is None:
-            return LongPollResponse(services.NO_DECISION)
+            return self.no_decision()
         services.quota_check_parked(agent=agent)
         wait = timeout - HOOK_MARGIN_SECONDS
         try:
@@ -64,16 +75,22 @@ class HookView(APIView):
         except HostEventError as exc:
             raise InvalidInput(str(exc)) from None
         if asked.ask_id is None:
-            return LongPollResponse(asked.reply)
+            return self.no_decision()
         ask_id, decide = asked.ask_id, self.host.decision
 
         def again(final: bool):
-            return services.host_reply(agent=agent, ask_id=ask_id, prompt=prompt, decide=decide, final=final)
+            data = services.host_reply(agent=agent, ask_id=ask_id, prompt=prompt, decide=decide, final=final)
+            return None if data is None else self.reply(data)
 
-        response = LongPollResponse(later=lambda: again(True))
+        response = LongPollResponse(later=lambda: _data(again(True)))
         response.long_poll = LongPoll(groups=[events.ask_group(ask_id)], timeout=wait, again=again,
                                       agent_id=agent.pk, leave=lambda: services.host_left(agent=agent, ask_id=ask_id))
         return response
+
+
+def _data(reply: Any) -> Any:
+    """A reply as the data of a response that is not parked (a plain WSGI server): no decision is {}."""
+    return {} if isinstance(reply, HttpResponse) else reply
 
 
 class ClaudeCodeHook(HookView):
@@ -81,5 +98,13 @@ class ClaudeCodeHook(HookView):
     path = "/hooks/claude-code"
 
 
+class CodexHook(HookView):
+    """Codex reads an empty stdout as no decision (anything else but its exact shape is an error)."""
+
+    host = codex
+    path = "/hooks/codex"
+    no_decision_status = 204
+
+
 # Served by project.asgi through LongPollApp, each under /hooks/.
-HOOK_VIEWS = {"claude-code": ClaudeCodeHook}
+HOOK_VIEWS = {"claude-code": ClaudeCodeHook, "codex": CodexHook}

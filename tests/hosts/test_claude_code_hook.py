@@ -215,3 +215,30 @@ async def test_the_wait_ends_with_no_decision_just_before_the_hosts_timeout(pres
     assert (response["status"], json.loads(response["body"])) == (200, {})
     ask = await database_sync_to_async(Ask.objects.get)()
     assert (ask.status, ask.reason) == ("cancelled", "host_gone")
+
+
+# ------------------------------------------------------------------------------------- Codex
+
+CODEX_URL = "/hooks/codex?session=web/alice&platform=web&web_user=alice"
+CODEX_BASH = {"session_id": "019a-codex", "turn_id": "019a-turn", "cwd": "/home/alice/shop",
+              "hook_event_name": "PermissionRequest", "model": "gpt-5", "permission_mode": "default",
+              "tool_name": "Bash", "tool_input": {"command": "touch marker", "description": "make the marker"}}
+
+
+async def test_codex_gets_exactly_its_own_decision_shape(present):
+    _, key = present
+    ask, allowed = await _decided(key, CODEX_BASH, [["允许"]], path=CODEX_URL)
+    assert "Codex" in ask.questions[0]["question"] and "touch marker" in ask.questions[0]["question"]
+    assert [o["label"] for o in ask.questions[0]["options"]] == ["允许", "拒绝"]
+    assert allowed == {"hookSpecificOutput": {"hookEventName": "PermissionRequest", "decision": {"behavior": "allow"}}}
+
+    _, denied = await _decided(key, CODEX_BASH, [["拒绝"]], custom="不要碰 marker", path=CODEX_URL)
+    decision = denied["hookSpecificOutput"]["decision"]
+    assert set(decision) == {"behavior", "message"} and decision["behavior"] == "deny"
+    assert decision["message"].endswith("不要碰 marker")
+
+
+async def test_codex_reads_no_decision_as_an_empty_body(present):
+    _, key = present
+    response = await _post(CODEX_URL, key, {**CODEX_BASH, "hook_event_name": "PreToolUse"}).get_response(timeout=10)
+    assert (response["status"], response["body"]) == (204, b"")
