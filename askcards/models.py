@@ -333,6 +333,10 @@ class Ask(models.Model):
     status = models.CharField(max_length=12, choices=Status.choices, default=Status.RESERVED)
     reason = models.CharField(max_length=24, choices=Reason.choices, blank=True)
     deadline = models.DateTimeField()
+    # An agent host's prompt (askcards.hosts): its waiter is alive until then, and refreshes this
+    # while it waits. A process that died with its waiters leaves it to lapse; the worker then
+    # withdraws the ask (host_gone), so nobody answers a prompt whose host is no longer listening.
+    waiter_until = models.DateTimeField(null=True, blank=True)
     # Set once terminal: answers (ask_user_questions) / responses (DingTalk), tool_result, message.
     result = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
@@ -379,6 +383,9 @@ class Ask(models.Model):
         indexes = [
             # Worker deadline sweep: open asks whose deadline has passed.
             models.Index(fields=["deadline"], name="ask_open_deadline_idx", condition=Q(status__in=["reserved", "pending"])),
+            # Worker sweep: open host prompts whose waiter stopped refreshing.
+            models.Index(fields=["waiter_until"], name="ask_open_waiter_idx",
+                         condition=Q(status__in=["reserved", "pending"], waiter_until__isnull=False)),
             # Session-scoped reads: pending asks of a session (cards, recover, messages, supersede).
             models.Index(fields=["session", "status"], name="ask_session_status_idx"),
             # Agent's ask list, newest first.

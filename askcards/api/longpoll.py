@@ -35,6 +35,9 @@ class LongPoll:
     agent_id: int  # whose wait it is (the agent's parked-waits quota counts it while it waits)
     # Run (in the pool) when the client goes away before the answer: what it waited for is withdrawn.
     leave: Callable[[], None] | None = None
+    # Run (in the pool) every ``refresh_seconds`` while it waits: the waiter says it is alive.
+    refresh: Callable[[], None] | None = None
+    refresh_seconds: float = 30.0
 
 
 class LongPollResponse(Response):
@@ -178,6 +181,7 @@ class LongPollApp:
             async with events.Subscription("long-poll") as subscription:
                 for group in poll.groups:
                     await subscription.add(group)
+                next_refresh = loop.time() + poll.refresh_seconds
                 while True:
                     # Read after subscribing (the state may have changed since the view's read), and
                     # again after every wake or re-read the subscription asks for.
@@ -187,9 +191,14 @@ class LongPollApp:
                     remaining = deadline - loop.time()
                     if remaining <= 0:
                         break
+                    if poll.refresh is not None:
+                        remaining = max(0.0, min(remaining, next_refresh - loop.time()))
                     await subscription.receive(remaining, stop=disconnect)
                     if disconnect.done():
                         return None
+                    if poll.refresh is not None and loop.time() >= next_refresh:
+                        await _in_pool(poll.refresh)
+                        next_refresh = loop.time() + poll.refresh_seconds
                     if loop.time() >= deadline:
                         break
             return _json(await _in_pool(poll.again, True))

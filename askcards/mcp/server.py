@@ -276,6 +276,13 @@ async def permission_prompt(ctx: ServerRequestContext[Any, Any], caller: Caller,
     if asked.ask_id is None:
         return reply(prompt_tool.refusal(prompt_tool.NOBODY))
     ask_id = asked.ask_id
+
+    async def keep_waiting() -> None:  # the waiter's lease (services.host_waits_lapsed)
+        while True:
+            await asyncio.sleep(services.WAITER_REFRESH_SECONDS)
+            await in_pool(services.host_waiting, ask_id=ask_id)
+
+    lease = asyncio.ensure_future(keep_waiting())
     try:
         async with events.Subscription("MCP call") as subscription:
             await _park(ctx, caller, ask_id, subscription)
@@ -283,6 +290,8 @@ async def permission_prompt(ctx: ServerRequestContext[Any, Any], caller: Caller,
         with anyio.CancelScope(shield=True):
             await in_pool(services.host_left, agent=caller.agent, ask_id=ask_id)
         raise
+    finally:
+        lease.cancel()
     decided = await in_pool(services.host_reply, agent=caller.agent, ask_id=ask_id, prompt=prompt,
                             decide=prompt_tool.decision, final=True)
     return reply(decided or prompt_tool.refusal(prompt_tool.UNANSWERED))

@@ -11,7 +11,11 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any, Callable
+
+from django.db import transaction
+from django.utils import timezone
 
 from askcards.tools.host_prompts import Answer, HostEventError, Prompt
 from askcards.models import Agent, Ask, AskEvent, Respondent, Session
@@ -27,6 +31,10 @@ NO_DECISION: dict[str, Any] = {}  # the host carries on as it would without the 
 PLATFORMS = (Session.Platform.FEISHU, Session.Platform.WEB)
 
 Decide = Callable[[Prompt, Answer], dict[str, Any]]
+# A waiting host's lease on its ask: refreshed every WAITER_REFRESH_SECONDS while the host's request
+# is parked, lapsed WAITER_LEASE after the last refresh (its process died or restarted).
+WAITER_LEASE = timedelta(seconds=90)
+WAITER_REFRESH_SECONDS = 30
 
 
 @dataclass
@@ -49,6 +57,7 @@ def host_prompt(*, agent: Agent, session: Session, sender_id: str, prompt: Promp
                         sender_id=sender_id, timeout_seconds=timeout_seconds, audit_detail={"host": prompt.audit})
     if outcome.status == "pending":
         assert outcome.ask is not None
+        host_waiting(ask_id=outcome.ask.id)
         return HostWait(outcome.ask.id)
     if outcome.ask is None:  # refused before any ask existed: the host's input is not a form we can show
         raise HostEventError(f"this prompt cannot be shown as a form: {outcome.tool_result}")
@@ -85,6 +94,27 @@ def host_left(*, agent: Agent, ask_id: str) -> None:
     ask = Ask.objects.select_related("session", "agent").filter(pk=ask_id, agent=agent).first()
     if ask is not None and ask.is_open and ask_cancel(ask=ask, reason=Ask.Reason.HOST_GONE, actor=f"agent:{agent.name}"):
         logger.info("ask %s withdrawn: agent %s's host stopped waiting", ask_id, agent.name)
+
+
+def host_waiting(*, ask_id: str) -> None:
+    """The host still waits for this prompt: its lease runs ``WAITER_LEASE`` from now."""
+    Ask.objects.filter(pk=ask_id, status__in=Ask.OPEN).update(waiter_until=timezone.now() + WAITER_LEASE)
+
+
+def host_waits_lapsed(*, now: datetime | None = None, limit: int = 200) -> int:
+    """Worker step: withdraw host prompts whose waiter stopped refreshing its lease (the process
+    holding the host's request died or restarted, taking the request with it)."""
+    now = now or timezone.now()
+    lapsed = Ask.objects.filter(status__in=Ask.OPEN, waiter_until__lt=now).select_related("session", "agent")
+    withdrawn = 0
+    for ask in lapsed.order_by("waiter_until")[:limit]:
+        with transaction.atomic():
+            claim = Ask.objects.select_for_update(skip_locked=True).filter(pk=ask.pk, status__in=Ask.OPEN)
+            if list(claim.values_list("pk", flat=True)) and ask_cancel(ask=ask, reason=Ask.Reason.HOST_GONE,
+                                                                          actor="system"):
+                logger.info("ask %s withdrawn: its host's waiter is gone (lease lapsed)", ask.id)
+                withdrawn += 1
+    return withdrawn
 
 
 def _behavior(reply: Any) -> str:

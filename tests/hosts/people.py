@@ -28,8 +28,9 @@ class Person(threading.Thread):
     def __init__(self, base: str, cookie: str) -> None:
         super().__init__(daemon=True)
         ws_url = base.replace("http://", "ws://") + "/ws/panel/"
-        self.socket = connect(ws_url, additional_headers={"Cookie": f"sessionid={cookie}", "Origin": base},
-                              open_timeout=10)
+        self.stack = contextlib.ExitStack()
+        self.socket = self.stack.enter_context(
+            connect(ws_url, additional_headers={"Cookie": f"sessionid={cookie}", "Origin": base}, open_timeout=10))
         self.plan: queue.Queue[tuple[list[list[str]], str | None] | None] = queue.Queue()
         self.shown: list[dict[str, Any]] = []
         self.ended: dict[str, str] = {}  # ask id -> reason
@@ -73,7 +74,7 @@ class Person(threading.Thread):
 
     def close(self) -> None:
         self.stop.set()
-        self.socket.close()
+        self.stack.close()
         self.join(timeout=5)
 
 

@@ -242,3 +242,30 @@ async def test_codex_reads_no_decision_as_an_empty_body(present):
     _, key = present
     response = await _post(CODEX_URL, key, {**CODEX_BASH, "hook_event_name": "PreToolUse"}).get_response(timeout=10)
     assert (response["status"], response["body"]) == (204, b"")
+
+
+async def test_a_waiter_that_died_with_its_process_lets_the_ask_lapse(present, monkeypatch):
+    """A restart takes the host's request with it: no waiter refreshes the lease, and the worker
+    withdraws the ask within the lease instead of leaving it answerable until its deadline."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+
+    from askcards.worker import Worker
+
+    _, key = present
+    monkeypatch.setattr(services, "WAITER_REFRESH_SECONDS", 0.2)
+    hook = asyncio.ensure_future(_post(SESSION_URL, key, BASH).get_response(timeout=20))
+    ask = await _open_ask()
+    first = (await database_sync_to_async(Ask.objects.get)(pk=ask.id)).waiter_until
+    await asyncio.sleep(0.6)
+    refreshed = (await database_sync_to_async(Ask.objects.get)(pk=ask.id)).waiter_until
+    assert refreshed > first  # a live waiter keeps it
+
+    # The process is gone: the lease is let lapse (as 90 s without a refresh would), the worker sweeps.
+    hook.cancel()
+    await database_sync_to_async(Ask.objects.filter(pk=ask.id).update)(waiter_until=timezone.now() - timedelta(seconds=1))
+    assert await database_sync_to_async(Worker().deadlines)() == 1
+    ask = await database_sync_to_async(Ask.objects.get)(pk=ask.id)
+    assert (ask.status, ask.reason) == ("cancelled", "host_gone")
