@@ -20,7 +20,7 @@ import json
 from typing import Any
 
 from askcards.tools import host_prompts as prompts
-from askcards.tools.host_prompts import Answer, HostEventError, Prompt
+from askcards.tools.host_prompts import Answer, HostEventError, Progress, Prompt
 
 HOST = "Claude Code"
 PERMISSION_REQUEST = "PermissionRequest"
@@ -33,16 +33,27 @@ NO_DECISION = frozenset({
 AUDIT_INPUT_CHARS = 4000
 
 
-def read_event(event: Any) -> Prompt | None:
-    """The prompt to ask about, or None when the event needs no decision (answered ``{}``);
-    HostEventError when it is not a Claude Code hook event at all."""
+TOOL_EVENTS = {"PreToolUse": "执行中", "PostToolUse": "已完成", "PostToolUseFailure": "失败"}
+STOP = "Stop"
+
+
+def read_event(event: Any) -> Prompt | Progress | None:
+    """The prompt to ask about; the progress a tool or turn event reports (no decision either);
+    or None when the event needs no decision (answered ``{}``). HostEventError when it is not a
+    Claude Code hook event at all."""
     if not isinstance(event, dict):
         raise HostEventError("the body must be a Claude Code hook event: a JSON object with hook_event_name")
     name = event.get("hook_event_name")
     if not isinstance(name, str) or not name:
         raise HostEventError("the body has no hook_event_name: is this hook's URL meant for another host?")
+    title = f"{HOST} · {_folder(event.get('cwd'))}"
+    if name in TOOL_EVENTS and isinstance(event.get("tool_name"), str):
+        tool_input = event.get("tool_input") if isinstance(event.get("tool_input"), dict) else {}
+        return Progress("running", title, f"{TOOL_EVENTS[name]}：{prompts.summary(event['tool_name'], tool_input)}")
+    if name == STOP:
+        return Progress("completed", title, "本轮已完成")
     if name != PERMISSION_REQUEST:
-        return None  # Notification, PreToolUse, Stop, …, and events a later Claude Code adds
+        return None  # Notification, SessionStart, …, and events a later Claude Code adds
     tool_name = event.get("tool_name")
     tool_input = event.get("tool_input")
     if not isinstance(tool_name, str) or not tool_name:
@@ -53,6 +64,7 @@ def read_event(event: Any) -> Prompt | None:
     audit = {
         "host": "claude-code", "event": name, "session_id": session_id[:200], "cwd": cwd[:500],
         "tool_name": tool_name[:200], "tool_input": prompts.excerpt(_json(tool_input), AUDIT_INPUT_CHARS),
+        "host_title": title,
     }
     if tool_name == ASK_USER_QUESTION:
         return prompts.host_questions(host=HOST, questions=tool_input.get("questions"), cwd=cwd,
@@ -85,6 +97,12 @@ def deny_message(text: str, answer: Answer) -> str:
 
 def _output(decision: dict[str, Any]) -> dict[str, Any]:
     return {"hookSpecificOutput": {"hookEventName": PERMISSION_REQUEST, "decision": decision}}
+
+
+def _folder(cwd: Any) -> str:
+    """The working directory's last part, as a card title names the project."""
+    text = cwd.rstrip("/") if isinstance(cwd, str) else ""
+    return prompts.excerpt(text.rsplit("/", 1)[-1] or text or "?", 60)
 
 
 def _text(value: Any) -> str:

@@ -16,14 +16,14 @@ from __future__ import annotations
 from typing import Any
 
 from askcards.tools import host_prompts as prompts
-from askcards.tools.host_prompts import Answer, HostEventError, Prompt
+from askcards.tools.host_prompts import Answer, HostEventError, Progress, Prompt
 
 from . import claude_code
 
 HOST = "Codex"
 
 
-def read_event(event: Any) -> Prompt | None:
+def read_event(event: Any) -> Prompt | Progress | None:
     """An approval for a ``PermissionRequest``; None (no decision) for any other event."""
     if not isinstance(event, dict):
         raise HostEventError("the body must be a Codex hook event: a JSON object with hook_event_name")
@@ -43,6 +43,7 @@ def read_event(event: Any) -> Prompt | None:
         "host": "codex", "event": name, "session_id": str(session_id)[:200], "cwd": str(cwd)[:500],
         "tool_name": tool_name[:200],
         "tool_input": prompts.excerpt(claude_code._json(tool_input), claude_code.AUDIT_INPUT_CHARS),
+        "host_title": f"{HOST} · {claude_code._folder(cwd)}",
     }
     return prompts.approval(host=HOST, tool_name=tool_name, tool_input=tool_input, cwd=str(cwd),
                             session_id=str(session_id), suggestions=None, audit=audit)

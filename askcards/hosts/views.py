@@ -20,7 +20,7 @@ from askcards import events, services
 from askcards.api.longpoll import LongPoll, LongPollResponse
 from askcards.errors import InvalidInput
 from askcards.mcp.caller import QUERY_FIELDS, caller_from, query_fields
-from askcards.tools.host_prompts import HostEventError
+from askcards.tools.host_prompts import HostEventError, Progress
 
 from . import claude_code, codex
 
@@ -66,6 +66,9 @@ class HookView(APIView):
         except HostEventError as exc:
             raise InvalidInput(str(exc)) from None
         if prompt is None:
+            return self.no_decision()
+        if isinstance(prompt, Progress):
+            services.host_progress(session=caller.session, sender_id=caller.sender_id, progress=prompt)
             return self.no_decision()
         services.quota_check_parked(agent=agent)
         wait = timeout - HOOK_MARGIN_SECONDS

@@ -17,10 +17,11 @@ from typing import Any, Callable
 from django.db import transaction
 from django.utils import timezone
 
-from askcards.tools.host_prompts import Answer, HostEventError, Prompt
-from askcards.models import Agent, Ask, AskEvent, Respondent, Session
+from askcards.models import Agent, Ask, AskEvent, ProgressCard, Respondent, Session
+from askcards.tools.host_prompts import Answer, HostEventError, Progress, Prompt
 
 from .asks import ask_cancel, audit
+from .feishu_progress import progress_put
 from .tool_calls import tool_call
 
 logger = logging.getLogger(__name__)
@@ -53,6 +54,11 @@ def host_prompt(*, agent: Agent, session: Session, sender_id: str, prompt: Promp
         raise HostEventError(
             f"a {session.platform} session cannot show an agent host's prompts yet; name a Feishu or web session "
             "in the hook URL (session=…&platform=feishu|web)")
+    if session.platform == Session.Platform.FEISHU and session.bot is not None and not _card_running(session):
+        # Feishu asks stack on the session's running progress card: a host that reports no progress
+        # (no PreToolUse hook) gets one started for its prompt.
+        progress_put(session=session, status=ProgressCard.Status.RUNNING, title=prompt.audit.get("host_title", ""),
+                     content="等待确认", sender_id=sender_id)
     outcome = tool_call(agent=agent, session=session, name=TOOL, arguments={"questions": prompt.questions},
                         sender_id=sender_id, timeout_seconds=timeout_seconds, audit_detail={"host": prompt.audit})
     if outcome.status == "pending":
@@ -94,6 +100,22 @@ def host_left(*, agent: Agent, ask_id: str) -> None:
     ask = Ask.objects.select_related("session", "agent").filter(pk=ask_id, agent=agent).first()
     if ask is not None and ask.is_open and ask_cancel(ask=ask, reason=Ask.Reason.HOST_GONE, actor=f"agent:{agent.name}"):
         logger.info("ask %s withdrawn: agent %s's host stopped waiting", ask_id, agent.name)
+
+
+def host_progress(*, session: Session, sender_id: str, progress: Progress) -> None:
+    """A host's tool or turn event on a Feishu session's progress card (where the host's prompts
+    stack); nothing on other sessions. A turn's end (``completed``) ends the card's run."""
+    if session.platform != Session.Platform.FEISHU or session.bot is None:
+        return
+    if progress.status != ProgressCard.Status.RUNNING and not _card_running(session):
+        return  # nothing running to end
+    progress_put(session=session, status=progress.status, title=progress.title, content=progress.content,
+                 sender_id=sender_id)
+
+
+def _card_running(session: Session) -> bool:
+    card = ProgressCard.objects.runs_of(session.pk).first()
+    return card is not None and card.is_live
 
 
 def host_waiting(*, ask_id: str) -> None:

@@ -27,6 +27,25 @@ DESCRIPTION_MAX = _ITEM["options"]["items"]["properties"]["description"]["maxLen
 EXCERPT_CHARS = 1200  # of a command, a diff or arguments: a screenful a person can judge
 
 
+@dataclass(frozen=True)
+class Progress:
+    """What a host's tool and turn events say on a Feishu session's progress card."""
+
+    status: str  # the card's: running | completed
+    title: str
+    content: str
+
+
+def summary(tool_name: str, tool_input: dict[str, Any]) -> str:
+    """One line saying what a tool does (a progress card's text)."""
+    key = {"Bash": "command", "Edit": "file_path", "MultiEdit": "file_path", "Write": "file_path",
+           "Read": "file_path", "NotebookEdit": "notebook_path", "WebFetch": "url", "WebSearch": "query",
+           "Grep": "pattern", "Glob": "pattern"}.get(tool_name)
+    what = str(tool_input.get(key) or "") if key else ""
+    what = " ".join(what.split())
+    return f"{tool_name} · {excerpt(what, 120)}" if what else tool_name
+
+
 class HostEventError(ValueError):
     """The host's event is not one askcards can ask about; ``str(error)`` says why (a 400)."""
 

@@ -269,3 +269,67 @@ async def test_a_waiter_that_died_with_its_process_lets_the_ask_lapse(present, m
     assert await database_sync_to_async(Worker().deadlines)() == 1
     ask = await database_sync_to_async(Ask.objects.get)(pk=ask.id)
     assert (ask.status, ask.reason) == ("cancelled", "host_gone")
+
+
+# ------------------------------------------------------------------------- a Feishu session
+
+FEISHU_URL = "/hooks/claude-code?session=feishu-cli_host-private-ou_alice&bot=cli_host"
+
+
+@pytest.fixture
+def feishu(agent_and_key, settings):
+    """A Feishu private chat whose bot is never called (its cards are only stored); the Feishu
+    surface itself decides where the asks go."""
+    from tests.conftest import grant_bot
+
+    settings.ASKCARDS_SURFACES = ["askcards.surfaces.feishu.surface.FeishuSurface"]
+    agent, key = agent_and_key
+    bot = services.bot_add(platform="feishu", app_id="cli_host", app_secret="secret", base_url="http://127.0.0.1:9")
+    grant_bot(agent, bot)
+    return key
+
+
+def _card(key="feishu-cli_host-private-ou_alice"):
+    from askcards.models import ProgressCard
+
+    return ProgressCard.objects.filter(session__key=key).order_by("-id").first()
+
+
+async def test_on_feishu_the_tool_events_keep_the_progress_card_and_prompts_stack_on_it(feishu):
+    key = feishu
+    pre = {**BASH, "hook_event_name": "PreToolUse", "tool_input": {"command": "npm test"}}
+    response = await _post(FEISHU_URL, key, pre).get_response(timeout=10)
+    assert (response["status"], json.loads(response["body"])) == (200, {})
+    card = await database_sync_to_async(_card)()
+    assert (card.status, card.title, card.content) == ("running", "Claude Code · shop", "执行中：Bash · npm test")
+
+    # Two prompts of the same Claude Code session at once: both on that card, neither replaces the other.
+    first = asyncio.ensure_future(_post(FEISHU_URL, key, BASH).get_response(timeout=20))
+    second = asyncio.ensure_future(_post(FEISHU_URL, key, {**BASH, "tool_input": {"command": "make"}}).get_response(timeout=20))
+    for _ in range(100):
+        asks = await database_sync_to_async(lambda: list(Ask.objects.filter(status="pending").order_by("created_at")))()
+        if len(asks) == 2:
+            break
+        await asyncio.sleep(0.05)
+    assert [a.surfaces for a in asks] == [["feishu"], ["feishu"]]
+    for ask in asks:
+        await _answer(ask, [["允许"]])
+    assert [json.loads((await r)["body"])["hookSpecificOutput"]["decision"]["behavior"] for r in (first, second)] == [
+        "allow", "allow"]
+
+    post = {**pre, "hook_event_name": "PostToolUse", "tool_response": {"stdout": "ok"}}
+    await _post(FEISHU_URL, key, post).get_response(timeout=10)
+    assert (await database_sync_to_async(_card)()).content == "已完成：Bash · npm test"
+    await _post(FEISHU_URL, key, {**BASH, "hook_event_name": "Stop"}).get_response(timeout=10)
+    card = await database_sync_to_async(_card)()
+    assert (card.status, card.content) == ("completed", "本轮已完成")
+
+
+async def test_on_feishu_a_prompt_with_no_card_running_starts_one(feishu):
+    hook = asyncio.ensure_future(_post(FEISHU_URL, feishu, BASH).get_response(timeout=20))
+    ask = await _open_ask()
+    card = await database_sync_to_async(_card)()
+    assert (card.status, card.title) == ("running", "Claude Code · shop")
+    assert ask.surfaces == ["feishu"]
+    await _answer(ask, [["拒绝"]])
+    assert json.loads((await hook)["body"])["hookSpecificOutput"]["decision"]["behavior"] == "deny"
