@@ -48,9 +48,9 @@ def read_event(event: Any) -> Prompt | Progress | None:
         raise HostEventError("the body has no hook_event_name: is this hook's URL meant for another host?")
     title = f"{HOST} · {_folder(event.get('cwd'))}"
     if name in TOOL_EVENTS and isinstance(event.get("tool_name"), str):
-        raw = event.get("tool_input")
-        tool_input: dict[str, Any] = raw if isinstance(raw, dict) else {}
-        return Progress("running", title, f"{TOOL_EVENTS[name]}：{prompts.summary(event['tool_name'], tool_input)}")
+        used = event.get("tool_input")
+        what = prompts.summary(event["tool_name"], used if isinstance(used, dict) else {})
+        return Progress("running", title, f"{TOOL_EVENTS[name]}：{what}")
     if name == STOP:
         return Progress("completed", title, "本轮已完成")
     if name != PERMISSION_REQUEST:
