@@ -33,6 +33,7 @@ NO_DECISION = frozenset({
 AUDIT_INPUT_CHARS = 4000
 
 
+ELICITATION = "Elicitation"
 TOOL_EVENTS = {"PreToolUse": "执行中", "PostToolUse": "已完成", "PostToolUseFailure": "失败"}
 STOP = "Stop"
 
@@ -53,8 +54,10 @@ def read_event(event: Any) -> Prompt | Progress | None:
         return Progress("running", title, f"{TOOL_EVENTS[name]}：{what}")
     if name == STOP:
         return Progress("completed", title, "本轮已完成")
+    if name == ELICITATION:
+        return _elicitation(event, title)
     if name != PERMISSION_REQUEST:
-        return None  # Notification, SessionStart, …, and events a later Claude Code adds
+        return None  # Notification, ElicitationResult, SessionStart, …, and events a later Claude Code adds
     tool_name = event.get("tool_name")
     tool_input = event.get("tool_input")
     if not isinstance(tool_name, str) or not tool_name:
@@ -75,8 +78,30 @@ def read_event(event: Any) -> Prompt | Progress | None:
                             suggestions=suggestions if isinstance(suggestions, list) else None, audit=audit)
 
 
+def _elicitation(event: dict[str, Any], title: str) -> Prompt | None:
+    """An MCP server's form request; a URL-mode one (open a page) is not asked here: no decision."""
+    if event.get("mode", "form") != "form":
+        return None
+    cwd, session_id = _text(event.get("cwd")), _text(event.get("session_id"))
+    server, message = _text(event.get("mcp_server_name")), _text(event.get("message"))
+    schema = event.get("requested_schema")
+    audit = {"host": "claude-code", "event": ELICITATION, "session_id": session_id[:200], "cwd": cwd[:500],
+             "mcp_server": server[:200], "message": prompts.excerpt(message, 1000),
+             "requested_schema": prompts.excerpt(_json(schema), AUDIT_INPUT_CHARS), "host_title": title}
+    return prompts.elicitation(host=HOST, server=server, message=message, schema=schema, cwd=cwd,
+                               session_id=session_id, audit=audit)
+
+
 def decision(prompt: Prompt, answer: Answer) -> dict[str, Any]:
     """The host's decision for the person's answer."""
+    if prompt.kind == "elicitation":
+        action, content = prompts.elicitation_content(prompt, answer)
+        if not action:
+            return {}  # not a valid content: Claude Code asks in its own dialog
+        output: dict[str, Any] = {"hookEventName": ELICITATION, "action": action}
+        if content is not None:
+            output["content"] = content
+        return {"hookSpecificOutput": output}
     if prompt.kind == "questions":
         updated = {**prompt.tool_input, "answers": prompts.answers_by_question(prompt, answer)}
         return _output({"behavior": "allow", "updatedInput": updated})

@@ -89,10 +89,9 @@ def host_reply(*, agent: Agent, ask_id: str, prompt: Prompt, decide: Decide, fin
     answer = Answer(answers=list((ask.result or {}).get("answers") or []),
                     by=row.respondent_id if row else "", surface=row.surface if row else "")
     reply = decide(prompt, answer)
-    behavior = _behavior(reply)
     audit(ask, AskEvent.Kind.DELIVERED, ask.status, ask.status, f"agent:{agent.name}", answer.surface,
-          {"host": prompt.audit, "decision": behavior, "by": answer.by})
-    return reply
+          {"host": prompt.audit, "decision": _behavior(reply) or "none", "by": answer.by})
+    return reply or NO_DECISION
 
 
 def host_left(*, agent: Agent, ask_id: str) -> None:
@@ -142,7 +141,7 @@ def host_waits_lapsed(*, now: datetime | None = None, limit: int = 200) -> int:
 def _behavior(reply: Any) -> str:
     """The decision's ``behavior`` (allow / deny), wherever the host's shape puts it."""
     if isinstance(reply, dict):
-        behavior = reply.get("behavior")
+        behavior = reply.get("behavior", reply.get("action"))  # a permission's, an elicitation's
         if isinstance(behavior, str):
             return behavior
         for value in reply.values():

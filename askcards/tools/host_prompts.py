@@ -54,12 +54,13 @@ class HostEventError(ValueError):
 class Prompt:
     """What to ask, and what the host's decision needs back."""
 
-    kind: str  # "permission" | "questions"
+    kind: str  # "permission" | "questions" | "elicitation"
     questions: list[dict[str, Any]]  # ask_user_questions' ``questions``
     audit: dict[str, Any]  # the host's context and the exact tool input shown (bounded), for the audit row
     tool_input: dict[str, Any] = field(default_factory=dict)
     host_questions: tuple[str, ...] = ()  # "questions": the host's own question texts, by position
     suggestions: list[Any] | None = None  # "permission": what 本会话内允许 answers with
+    fields: tuple["Field", ...] = ()  # "elicitation": the requested schema's properties, by question
 
 
 @dataclass(frozen=True)
@@ -196,3 +197,151 @@ def answers_by_question(prompt: Prompt, answer: Answer) -> dict[str, str]:
             parts.append(str(item["customInput"]).strip())
         found[text] = ", ".join(part for part in parts if part)
     return found
+
+
+# ------------------------------------------------------------------------------ elicitations
+# An MCP server's request for input (``requestedSchema``: an object of flat properties) asked as
+# ask_user_questions: one question per property, and a last one, 回应, to submit or decline. A
+# choice (``enum``, ``oneOf`` of ``const``/``title``, an array of those: several) is options; a
+# boolean is 是 / 否; text and numbers are written in 其他 (the options say so, and 留空 leaves an
+# optional one out). At most MAX_FIELDS properties and four choices each: a larger form is not
+# asked here (the host shows its own).
+
+SUBMIT = "提交"
+DECLINE = "拒绝提供"
+YES, NO = "是", "否"
+WRITE = "填写（写在「其他」里）"
+EMPTY = "留空"
+MAX_FIELDS = 3
+HEADER_MAX = _ITEM["header"]["maxLength"]
+TEXT_TYPES = ("string", "number", "integer")
+
+
+@dataclass(frozen=True)
+class Field:
+    """One property of a requested schema, as its question asks it."""
+
+    name: str
+    kind: str  # choice | choices | boolean | string | number | integer
+    labels: tuple[tuple[str, Any], ...] = ()  # choice(s): label -> value
+    required: bool = False
+    default: Any = None
+
+
+def _choices(schema: dict[str, Any]) -> list[tuple[str, Any]] | None:
+    values, given = schema.get("enum"), schema.get("enumNames")
+    if isinstance(values, list):
+        names: list[Any] = given if isinstance(given, list) else []
+        return [(str(names[i]) if i < len(names) else str(value), value) for i, value in enumerate(values)]
+    for key in ("oneOf", "anyOf"):
+        if isinstance(schema.get(key), list) and all(isinstance(o, dict) and "const" in o for o in schema[key]):
+            return [(str(o.get("title") or o["const"]), o["const"]) for o in schema[key]]
+    return None
+
+
+def _field(name: str, schema: Any, required: bool) -> Field:
+    if not isinstance(schema, dict):
+        raise HostEventError(f"requested_schema.properties.{name} must be an object")
+    kind = schema.get("type")
+    if kind == "array":
+        items = schema.get("items")
+        found = _choices(items) if isinstance(items, dict) else None
+        if found is None:
+            raise HostEventError(f"requested_schema.properties.{name}: an array must list its choices (items.enum)")
+        return Field(name, "choices", tuple(found), required, schema.get("default"))
+    found = _choices(schema)
+    if found is not None:
+        return Field(name, "choice", tuple(found), required, schema.get("default"))
+    if kind == "boolean":
+        return Field(name, "boolean", ((YES, True), (NO, False)), required, schema.get("default"))
+    if kind in TEXT_TYPES:
+        return Field(name, kind, (), required, schema.get("default"))
+    raise HostEventError(f"requested_schema.properties.{name}: type {kind!r} cannot be asked as a form here")
+
+
+def _question(field: Field, schema: dict[str, Any]) -> dict[str, Any]:
+    title = str(schema.get("title") or field.name)
+    notes = [str(schema.get("description") or "")]
+    if schema.get("format"):
+        notes.append(f"格式：{schema['format']}")
+    if field.kind in ("number", "integer"):
+        bounds = [f"≥ {schema['minimum']}" if "minimum" in schema else "", f"≤ {schema['maximum']}" if "maximum" in schema else ""]
+        notes.append("数字" + (f"（{' '.join(b for b in bounds if b)}）" if any(bounds) else ""))
+    if field.default not in (None, ""):
+        notes.append(f"默认：{field.default}")
+    notes.append("必填" if field.required else "可不填")
+    text = f"{title}\n" + "；".join(n for n in notes if n)
+    if field.labels:
+        if not 2 <= len(field.labels) <= 4:
+            raise HostEventError(f"requested_schema.properties.{field.name} offers {len(field.labels)} choices; "
+                                 "a form here holds 2 to 4")
+        options = [{"label": excerpt(label, 200), "description": ""} for label, _ in field.labels]
+    else:
+        options = [{"label": WRITE, "description": "在「其他」中写下回答"},
+                   {"label": EMPTY, "description": "使用默认值" if field.default not in (None, "") else "不填写"}]
+    return {"question": text[:QUESTION_MAX], "header": excerpt(title, HEADER_MAX - 1) if len(title) > HEADER_MAX else title,
+            "options": options, "multiSelect": field.kind == "choices"}
+
+
+def elicitation(*, host: str, server: str, message: str, schema: Any, cwd: str, session_id: str,
+                audit: dict[str, Any]) -> Prompt:
+    """An MCP server's elicitation as a form; HostEventError for a schema it cannot hold."""
+    if not isinstance(schema, dict) or not isinstance(schema.get("properties"), dict):
+        raise HostEventError("requested_schema must be an object schema with properties")
+    listed = schema.get("required")
+    required: list[Any] = listed if isinstance(listed, list) else []
+    properties = schema["properties"]
+    if not 1 <= len(properties) <= MAX_FIELDS:
+        raise HostEventError(f"requested_schema has {len(properties)} properties; a form here asks 1 to {MAX_FIELDS}")
+    fields = [_field(str(name), value, name in required) for name, value in properties.items()]
+    questions = [_question(field, properties[field.name]) for field in fields]
+    head = f"{context_line(host, cwd, session_id)} · MCP {excerpt(server, 60)}\n{excerpt(message, 600)}\n\n"
+    questions[0]["question"] = (head + questions[0]["question"])[:QUESTION_MAX]
+    questions.append({"question": "提交这些回答，还是拒绝提供？", "header": "回应",
+                      "options": [{"label": SUBMIT, "description": ""}, {"label": DECLINE, "description": ""}]})
+    return Prompt(kind="elicitation", questions=questions, audit=audit, fields=tuple(fields))
+
+
+def elicitation_content(prompt: Prompt, answer: Answer) -> tuple[str, dict[str, Any] | None]:
+    """(``accept`` with the content, ``decline``) for the person's answer, or ("", None) when it
+    does not make a valid content (a required field left out, a number that is not one): then no
+    decision, and the host asks in its own dialog."""
+    items = answer.answers
+    last = items[len(prompt.fields)] if len(items) > len(prompt.fields) else {}
+    if DECLINE in (last.get("selectedLabels") or []):
+        return "decline", None
+    content: dict[str, Any] = {}
+    for field, item in zip(prompt.fields, items):
+        labels = [str(label) for label in item.get("selectedLabels") or []]
+        text = str(item.get("customInput") or "").strip()
+        value: Any = None
+        if field.labels:
+            mapping = dict(field.labels)
+            chosen = [mapping[label] for label in labels if label in mapping]
+            value = chosen if field.kind == "choices" else (chosen[0] if chosen else None)
+            if field.kind == "choices" and not chosen:
+                value = None
+        elif text:
+            value = _typed(field, text)
+            if value is None:
+                return "", None
+        elif field.default not in (None, ""):
+            value = field.default
+        if value is None:
+            if field.required:
+                return "", None
+            continue
+        content[field.name] = value
+    return "accept", content
+
+
+def _typed(field: Field, text: str) -> Any:
+    if field.kind == "integer":
+        return int(text) if text.lstrip("-").isdigit() else None
+    if field.kind == "number":
+        try:
+            number = float(text)
+        except ValueError:
+            return None
+        return number if number == number and abs(number) != float("inf") else None
+    return text

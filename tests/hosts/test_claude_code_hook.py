@@ -333,3 +333,60 @@ async def test_on_feishu_a_prompt_with_no_card_running_starts_one(feishu):
     assert ask.surfaces == ["feishu"]
     await _answer(ask, [["拒绝"]])
     assert json.loads((await hook)["body"])["hookSpecificOutput"]["decision"]["behavior"] == "deny"
+
+
+# ---------------------------------------------------------------------------- elicitations
+
+ELICIT = {
+    "session_id": "4244802f-claude", "cwd": "/home/alice/shop", "hook_event_name": "Elicitation",
+    "mcp_server_name": "deploy", "message": "Where should we deploy?", "mode": "form",
+    "requested_schema": {"type": "object", "required": ["target"], "properties": {
+        "target": {"type": "string", "title": "Target", "oneOf": [{"const": "stg", "title": "Staging"},
+                                                               {"const": "prod", "title": "Production"}]},
+        "replicas": {"type": "integer", "title": "Replicas", "minimum": 1, "maximum": 9, "default": 2},
+        "notify": {"type": "boolean", "title": "Notify"},
+    }},
+}
+
+
+async def _elicited(key, labels, customs):
+    hook = asyncio.ensure_future(_post(SESSION_URL, key, ELICIT).get_response(timeout=20))
+    ask = await _open_ask()
+    answers = [{"question": q["question"], "selectedLabels": labels[i], "customInput": customs[i]}
+               for i, q in enumerate(ask.questions)]
+    outcome = await database_sync_to_async(services.ask_answer)(ask_id=ask.id, answers=answers, surface="web")
+    assert outcome.accepted, outcome.error
+    response = await hook
+    return ask, json.loads(response["body"])
+
+
+async def test_an_elicitation_is_a_form_and_its_answer_the_content(present):
+    _, key = present
+    ask, reply = await _elicited(present[1], [["Production"], [], ["是"], ["提交"]], [None, "3", None, None])
+
+    assert [q["header"] for q in ask.questions] == ["Target", "Replicas", "Notify", "回应"]
+    assert "Where should we deploy?" in ask.questions[0]["question"]
+    assert [o["label"] for o in ask.questions[0]["options"]] == ["Staging", "Production"]
+    assert "≥ 1 ≤ 9" in ask.questions[1]["question"]
+    assert reply == {"hookSpecificOutput": {"hookEventName": "Elicitation", "action": "accept",
+                                            "content": {"target": "prod", "replicas": 3, "notify": True}}}
+
+
+async def test_an_elicitation_declined_or_answered_wrong(present):
+    _, key = present
+    _, declined = await _elicited(key, [["Staging"], ["留空"], ["否"], ["拒绝提供"]], [None] * 4)
+    assert declined == {"hookSpecificOutput": {"hookEventName": "Elicitation", "action": "decline"}}
+    # Left empty, the default is sent; a "number" that is not one is no decision (Claude Code asks itself).
+    _, defaulted = await _elicited(key, [["Staging"], ["留空"], ["否"], ["提交"]], [None] * 4)
+    assert defaulted["hookSpecificOutput"]["content"] == {"target": "stg", "replicas": 2, "notify": False}
+    _, wrong = await _elicited(key, [["Staging"], [], ["否"], ["提交"]], [None, "three", None, None])
+    assert wrong == {}
+
+
+async def test_an_elicitation_too_big_for_a_form_is_refused_clearly(present):
+    _, key = present
+    many = {f"f{n}": {"type": "string"} for n in range(5)}
+    event = {**ELICIT, "requested_schema": {"type": "object", "properties": many}}
+    response = await _post(SESSION_URL, key, event).get_response(timeout=10)
+    assert response["status"] == 400 and "properties" in json.loads(response["body"])["error"]["message"]
+    assert await database_sync_to_async(Ask.objects.count)() == 0
