@@ -1,0 +1,150 @@
+"""The real Claude Code CLI (pinned in tests/hosts/package-lock.json), offline against the tests' fake
+Messages API, with its hooks pointed at a real askcards ``serve`` as the README configures them: its
+prompts are answered on a (fake) Feishu card and on alice's web panel, and what the person
+answered is what Claude Code does."""
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+
+from tests import serving
+from tests.fakes.feishu import FakeFeishu
+from tests.feishu.helpers import forms
+from tests.feishu.integration import ENCRYPT_KEY, VERIFICATION_TOKEN, signed_callback
+from tests.hosts import claude
+from tests.hosts.claude import Host, http_hook, http_hooks
+from tests.hosts.fake_anthropic import FakeAnthropic, Text, ToolUse
+from tests.hosts.people import WEB_SESSION, askcards
+
+WRITE_HI = ToolUse("Bash", {"command": "echo hi > out.txt", "description": "Write hi to out.txt"})
+WAIT = 60  # every wait below is bounded
+
+
+@pytest.fixture(autouse=True)
+def claude_installed():
+    claude.binary()
+
+
+def _until(check, what: str, timeout: float = WAIT):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _settings(base: str, query: str, *, timeout: int = 120, events=("PermissionRequest",)) -> dict:
+    """The README's settings: an http hook with the agent key from the environment."""
+    hook = http_hook(f"{base}/hooks/claude-code?{query}&timeout={timeout}", timeout=timeout,
+                     headers={"Authorization": "Bearer $ASKCARDS_KEY"}, allowed_env_vars=["ASKCARDS_KEY"])
+    return http_hooks({event: hook for event in events})
+
+
+def _in_background(fn):
+    done: dict = {}
+    thread = threading.Thread(target=lambda: done.update(run=fn()), daemon=True)
+    thread.start()
+    return thread, done
+
+
+# ------------------------------------------------------------------------------------ the panel
+
+def test_denied_on_the_panel_the_command_does_not_run_and_the_model_reads_why(tmp_path):
+    with askcards(tmp_path / "askcards") as (base, key, alice), \
+            FakeAnthropic([WRITE_HI, Text("Understood.")]) as api:
+        alice.answers([["拒绝"]], custom="先别写文件，等我看一下")
+        host = Host(tmp_path, api, settings=_settings(base, WEB_SESSION), env={"ASKCARDS_KEY": key})
+        run = host.run_print("Write hi to out.txt")
+        [shown] = alice.shown
+
+    assert run.returncode == 0, run.stderr
+    assert "echo hi > out.txt" in shown["questions"][0]["question"]
+    assert not (host.project / "out.txt").exists()
+    result = api.tool_results()["toolu_fake_0_0"]
+    assert result["is_error"] is True and "先别写文件，等我看一下" in json.dumps(result["content"], ensure_ascii=False)
+
+
+def test_headless_permission_prompt_tool_answered_on_the_panel(tmp_path):
+    with askcards(tmp_path / "askcards") as (base, key, alice), \
+            FakeAnthropic([WRITE_HI, Text("Wrote it.")]) as api:
+        alice.answers([["允许"]])
+        host = Host(tmp_path, api, settings={}, env={"ASKCARDS_KEY": key})
+        config = {"mcpServers": {"askcards": {
+            "type": "http", "url": f"{base}/mcp?{WEB_SESSION}&permission_prompt=1",
+            "headers": {"Authorization": f"Bearer {key}"}}}}
+        run = host.run_print("Write hi to out.txt", args=[
+            *host.mcp_config(config), "--permission-prompt-tool", "mcp__askcards__permission_prompt"])
+        [shown] = alice.shown
+
+    assert run.returncode == 0, run.stderr
+    assert "echo hi > out.txt" in shown["questions"][0]["question"]
+    assert (host.project / "out.txt").read_text() == "hi\n"
+
+
+def test_the_host_giving_up_withdraws_the_ask_from_the_panel(tmp_path):
+    """Claude Code's own hook timeout passes while nobody answers: its request closes, and the
+    ask leaves alice's panel with the reason she reads."""
+    with askcards(tmp_path / "askcards") as (base, key, alice), \
+            FakeAnthropic([WRITE_HI, Text("No answer.")]) as api:
+        alice.holds()
+        # The URL claims a longer timeout than the hook really has: Claude Code gives up first.
+        settings = _settings(base, WEB_SESSION, timeout=600)
+        settings["hooks"]["PermissionRequest"][0]["hooks"][0]["timeout"] = 8
+        host = Host(tmp_path, api, settings=settings, env={"ASKCARDS_KEY": key})
+        run = host.run_print("Write hi to out.txt")
+        [shown] = alice.shown
+        reason = alice.wait_ended(shown["requestId"])
+
+    assert run.returncode == 0, run.stderr
+    assert not (host.project / "out.txt").exists()
+    assert reason == "host_gone"
+
+
+# ------------------------------------------------------------------------------------- Feishu
+
+@pytest.fixture
+def feishu_served(tmp_path):
+    with FakeFeishu() as fake:
+        env = serving.service_env(tmp_path / "askcards")
+        serving.manage(env, "migrate", "-v0")
+        key = json.loads(serving.manage(env, "askcards_agent", "create", "coder", "--json"))["key"]
+        serving.manage(env, "askcards_bot", "add", "feishu", "--app-id", fake.app_id, "--app-secret", fake.app_secret,
+                       "--verification-token", VERIFICATION_TOKEN, "--encrypt-key", ENCRYPT_KEY,
+                       "--base-url", fake.base_url)
+        serving.manage(env, "askcards_agent", "grant", "coder", "--bot", fake.app_id)
+        with serving.serve(env) as base:
+            yield base, key, fake
+
+
+def test_approved_on_a_feishu_card_the_command_runs_and_the_card_shows_progress(tmp_path, feishu_served):
+    base, key, fake = feishu_served
+    query = f"session=feishu-{fake.app_id}-private-ou_alice&bot={fake.app_id}"
+    with FakeAnthropic([WRITE_HI, Text("Wrote it.")]) as api:
+        settings = _settings(base, query, events=("PermissionRequest", "PreToolUse", "PostToolUse", "Stop"))
+        host = Host(tmp_path, api, settings=settings, env={"ASKCARDS_KEY": key})
+        thread, done = _in_background(lambda: host.run_print("Write hi to out.txt"))
+
+        message = _until(lambda: next(iter(fake.messages.values()), None), "the progress card")
+        card = _until(lambda: forms(message.card) and message.card, "the approval on the card")
+        assert "echo hi > out.txt" in json.dumps(card, ensure_ascii=False)
+        submit = next(e for e in forms(card)[0]["elements"] if e["tag"] == "button")
+        body, headers = signed_callback(fake.app_id, operator="ou_alice", value=submit["behaviors"][0]["value"],
+                                        message_id=message.message_id, form_value={"q0_0": "0", "c0_0": ""})
+        import requests
+
+        response = requests.post(f"{base}/callbacks/feishu/{fake.app_id}/", data=body,
+                                 headers={**headers, "Content-Type": "application/json"}, timeout=5)
+        assert response.status_code == 200 and response.json()["toast"]["content"] == "已提交"
+        thread.join(timeout=WAIT)
+        assert not thread.is_alive()
+
+    run = done["run"]
+    assert run.returncode == 0, run.stderr
+    assert (host.project / "out.txt").read_text() == "hi\n"
+    # PostToolUse, then Stop: the card says the turn is done.
+    _until(lambda: "本轮已完成" in json.dumps(message.card, ensure_ascii=False), "the card to show the turn ended")
