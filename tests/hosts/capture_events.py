@@ -6,7 +6,8 @@ Each fixture is the exact JSON body one ``"type": "http"`` hook POSTed (volatile
 ports as they came); ``headers.json`` holds the request headers of one of them. Two runs: one
 ``claude -p`` through Bash, Write, Edit, WebFetch and two MCP tools (one of them elicits), every
 hook allowing; one interactive run in tmux for AskUserQuestion (single and multiSelect) and the
-Notification that a permission dialog left to the terminal sends.
+Notification that a permission dialog left to the terminal sends. In the first run the second
+elicitation gets no decision from its hook, so ``-p`` cancels it (ElicitationResult, Notification).
 """
 from __future__ import annotations
 
@@ -52,10 +53,13 @@ def first(calls: list[HookCall], event: str, tool: str | None = None) -> HookCal
 
 
 def print_mode_run(binary: Path, out: dict[str, Any]) -> None:
+    elicited = []
+
     def respond(call: HookCall) -> Any:
         if call.event == "PermissionRequest":
             return permission_decision("allow")
-        if call.event == "Elicitation":
+        if call.event == "Elicitation" and not elicited:  # the second one gets no decision: -p cancels it
+            elicited.append(call)
             return {"hookSpecificOutput": {"hookEventName": "Elicitation", "action": "accept",
                                            "content": {"database": "PostgreSQL", "reason": "relational"}}}
         return {}
@@ -69,10 +73,11 @@ def print_mode_run(binary: Path, out: dict[str, Any]) -> None:
             ToolUse("WebFetch", {"url": "https://example.com/page", "prompt": "Summarize the page"}),
             ToolUse(f"mcp__{mcp.name}__echo", {"text": "hello"}),
             ToolUse(f"mcp__{mcp.name}__pick_database", {}),
+            ToolUse(f"mcp__{mcp.name}__pick_database", {}),
             Text("Finished."),
         ]
         events = ["UserPromptSubmit", "PreToolUse", "PermissionRequest", "PostToolUse", "PostToolUseFailure",
-                  "Elicitation", "ElicitationResult", "Stop", "SessionEnd"]
+                  "Elicitation", "ElicitationResult", "Notification", "Stop", "SessionEnd"]
         with FakeAnthropic(turns) as api:
             host = Host(Path(tmp), api, claude=binary, settings=hook_settings(hooks.url(), events), env={"ASKCARDS_KEY": KEY})
             (Path(tmp) / "mcp.json").write_text(json.dumps(mcp.config()))
@@ -93,6 +98,8 @@ def print_mode_run(binary: Path, out: dict[str, Any]) -> None:
         out["post_tool_use_edit"] = first(calls, "PostToolUse", "Edit").body
         out["post_tool_use_failure_webfetch"] = first(calls, "PostToolUseFailure", "WebFetch").body
         out["elicitation"] = first(calls, "Elicitation").body
+        out["elicitation_result_cancel"] = first(calls, "ElicitationResult").body
+        out["notification_elicitation_response"] = first(calls, "Notification").body
         out["user_prompt_submit"] = first(calls, "UserPromptSubmit").body
         out["stop"] = first(calls, "Stop").body
         out["session_end"] = first(calls, "SessionEnd").body
