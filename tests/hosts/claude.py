@@ -1,0 +1,303 @@
+"""The real Claude Code CLI, pinned in tests/hosts/package.json, run offline against a fake API.
+
+- ``binary()``: the native ``claude`` binary, installed with ``npm ci --prefix tests/hosts`` when
+  tests/hosts/node_modules lacks it (bounded; one install at a time across test workers). A test
+  calls it first: it skips (fails under ASKCARDS_REQUIRE_SERVICES=1) when npm is missing or the
+  install fails, through ``tests.conftest.require``.
+- ``Host(tmp, api, settings=..., env=...)``: a project dir ``tmp/project`` (its
+  ``.claude/settings.json`` = ``settings``) and a HOME ``tmp/home`` whose ``.claude.json`` marks
+  onboarding done, the project trusted and the fake API key approved. The CLI gets a clean
+  environment: PATH, HOME, the fake API's URL and key, no nonessential traffic, plus ``env``.
+- ``Host.run_print(prompt, ...)``: ``claude -p PROMPT --permission-mode default --output-format
+  json``, bounded, returning a ``Run`` (exit code, stdout, stderr, parsed output).
+- ``Host.interactive(...)``: the full-screen CLI in tmux (a private tmux server), with
+  ``wait_for(text)``, ``type(text)``, ``press(*keys)``, ``screen()``; closed on exit.
+- ``http_hooks({...})``: the ``hooks`` settings for ``"type": "http"`` hooks.
+
+The native binary needs no Node at run time; the npm package asks for Node >= 22 in ``engines``
+only for its postinstall, which copies the same binary over a placeholder. We install with
+``--ignore-scripts`` (Node 20 here) and run the platform package's binary directly.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import functools
+import json
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Sequence
+
+from tests.hosts.fake_anthropic import FakeAnthropic
+
+HERE = Path(__file__).resolve().parent
+PACKAGE = "@anthropic-ai/claude-code"
+VERSION: str = json.loads((HERE / "package.json").read_text())["dependencies"][PACKAGE]
+INSTALL_TIMEOUT = 300  # seconds for npm ci (a ~230 MB download)
+API_KEY = "sk-ant-api03-askcards-fake-key-0000000000"
+RUN_TIMEOUT = 60
+
+
+def _platform_package() -> str:
+    machine = {"x86_64": "x64", "amd64": "x64", "aarch64": "arm64", "arm64": "arm64"}.get(platform.machine().lower(), platform.machine())
+    system = platform.system().lower()
+    musl = system == "linux" and any(Path("/lib").glob("ld-musl-*"))
+    return f"{PACKAGE}-{system}-{machine}{'-musl' if musl else ''}"
+
+
+def binary_path() -> Path:
+    return HERE / "node_modules" / _platform_package() / "claude"
+
+
+def _version_of(path: Path) -> str | None:
+    try:
+        out = subprocess.run([str(path), "--version"], capture_output=True, text=True, timeout=30,
+                             env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/nonexistent",
+                                  "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"})
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.split()[0] if out.returncode == 0 and out.stdout.strip() else None
+
+
+@functools.cache
+def install() -> tuple[Path | None, str]:
+    """(the binary, "") once it is installed at the pinned version, else (None, why not); tried
+    once per process."""
+    path = binary_path()
+    if path.exists() and _version_of(path) == VERSION:
+        return path, ""
+    npm = shutil.which("npm")
+    if npm is None:
+        return None, f"npm is not installed, so {PACKAGE}@{VERSION} (tests/hosts/package.json) cannot be installed"
+    with open(HERE / ".install.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another test worker may be installing it right now
+        if not (path.exists() and _version_of(path) == VERSION):
+            try:
+                done = subprocess.run(
+                    [npm, "ci", "--prefix", str(HERE), "--ignore-scripts", "--engine-strict=false",
+                     "--no-audit", "--no-fund", "--loglevel=error"],
+                    capture_output=True, text=True, timeout=INSTALL_TIMEOUT, cwd=HERE,
+                )
+            except subprocess.TimeoutExpired:
+                return None, f"npm ci --prefix tests/hosts did not finish within {INSTALL_TIMEOUT} s"
+            if done.returncode != 0:
+                tail = (done.stderr or done.stdout).strip().splitlines()[-5:]
+                return None, f"npm ci --prefix tests/hosts failed ({done.returncode}): {' | '.join(tail)}"
+    if not path.exists():
+        return None, f"npm ci --prefix tests/hosts installed no {path.relative_to(HERE)} (platform {_platform_package()})"
+    version = _version_of(path)
+    if version != VERSION:
+        return None, f"{path.relative_to(HERE)} reports version {version!r}, not the pinned {VERSION}"
+    return path, ""
+
+
+def binary() -> Path:
+    """The pinned native ``claude`` binary; skips the test (fails under CI) when it cannot be had."""
+    path, why = install()
+    if path is None:
+        from tests.conftest import require  # imported only here: scripts use the harness without Django
+
+        require(False, why or "the Claude Code CLI could not be installed")
+    assert path is not None
+    return path
+
+
+def tmux_available() -> bool:
+    return shutil.which("tmux") is not None
+
+
+def http_hook(url: str, *, headers: Mapping[str, str] | None = None, allowed_env_vars: Sequence[str] | None = None,
+              timeout: float | None = None) -> dict[str, Any]:
+    hook: dict[str, Any] = {"type": "http", "url": url}
+    if headers:
+        hook["headers"] = dict(headers)
+    if allowed_env_vars:
+        hook["allowedEnvVars"] = list(allowed_env_vars)
+    if timeout is not None:
+        hook["timeout"] = timeout
+    return hook
+
+
+def http_hooks(events: Mapping[str, dict[str, Any]], matcher: str | None = "*") -> dict[str, Any]:
+    """``{"hooks": {EVENT: [{"matcher": ..., "hooks": [hook]}]}}`` for each event's hook. Events
+    without matchers (Stop, UserPromptSubmit, ...) ignore ``matcher``."""
+    no_matcher = {"Stop", "SubagentStop", "UserPromptSubmit", "SessionStart", "SessionEnd", "PreCompact"}
+    settings: dict[str, Any] = {}
+    for event, hook in events.items():
+        group: dict[str, Any] = {"hooks": [hook]}
+        if matcher is not None and event not in no_matcher:
+            group["matcher"] = matcher
+        settings[event] = [group]
+    return {"hooks": settings}
+
+
+@dataclass
+class Run:
+    returncode: int
+    stdout: str
+    stderr: str
+    project: Path
+    home: Path
+    seconds: float
+
+    def output(self) -> Any:
+        """``--output-format json``: the result object; ``stream-json``: the list of events."""
+        text = self.stdout.strip()
+        try:
+            return json.loads(text)
+        except ValueError:
+            return [json.loads(line) for line in text.splitlines() if line.strip().startswith("{")]
+
+    @property
+    def result(self) -> str:
+        out = self.output()
+        if isinstance(out, list):
+            out = next((e for e in reversed(out) if e.get("type") == "result"), {})
+        return out.get("result", "")
+
+
+@dataclass
+class Host:
+    """One project + HOME the CLI runs in, against ``api`` (a started ``FakeAnthropic``)."""
+
+    tmp: Path
+    api: FakeAnthropic
+    settings: dict[str, Any] | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    claude: Path | None = None  # the binary; default binary() (which skips the test without it)
+    project: Path = field(init=False)
+    home: Path = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.project = (Path(self.tmp) / "project").resolve()
+        self.home = (Path(self.tmp) / "home").resolve()
+        (self.project / ".claude").mkdir(parents=True, exist_ok=True)
+        self.home.mkdir(parents=True, exist_ok=True)
+        if self.settings is not None:
+            self.write_settings(self.settings)
+        state = {
+            "hasCompletedOnboarding": True,
+            "theme": "dark",
+            "customApiKeyResponses": {"approved": [API_KEY.strip()[-20:]], "rejected": []},
+            "projects": {str(self.project): {"hasTrustDialogAccepted": True, "hasCompletedProjectOnboarding": True}},
+        }
+        (self.home / ".claude.json").write_text(json.dumps(state))
+
+    def write_settings(self, settings: dict[str, Any]) -> None:
+        (self.project / ".claude" / "settings.json").write_text(json.dumps(settings, indent=2))
+
+    def environment(self) -> dict[str, str]:
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
+            "HOME": str(self.home),
+            "LANG": "C.UTF-8",
+            "TERM": "xterm-256color",
+            "ANTHROPIC_BASE_URL": self.api.url,
+            "ANTHROPIC_API_KEY": API_KEY,
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "DISABLE_AUTOUPDATER": "1",
+        }
+        env.update(self.env)
+        return env
+
+    def command(self, args: Sequence[str], permission_mode: str | None) -> list[str]:
+        cmd = [str(self.claude or binary())]
+        if permission_mode is not None:
+            cmd += ["--permission-mode", permission_mode]
+        return cmd + list(args)
+
+    def run_print(self, prompt: str, *, args: Sequence[str] = (), permission_mode: str | None = "default",
+                  output_format: str = "json", timeout: float = RUN_TIMEOUT) -> Run:
+        """``claude -p PROMPT`` in the project; raises AssertionError past ``timeout`` seconds."""
+        cmd = self.command(["-p", prompt, "--output-format", output_format, *(["--verbose"] if output_format == "stream-json" else []), *args], permission_mode)
+        started = time.monotonic()
+        try:
+            done = subprocess.run(cmd, cwd=self.project, env=self.environment(), capture_output=True, text=True,
+                                  timeout=timeout, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired as exc:
+            raise AssertionError(f"claude -p did not finish within {timeout} s; stdout: {exc.stdout!r} stderr: {exc.stderr!r}") from None
+        return Run(done.returncode, done.stdout, done.stderr, self.project, self.home, time.monotonic() - started)
+
+    @contextlib.contextmanager
+    def interactive(self, *, args: Sequence[str] = (), permission_mode: str | None = "default",
+                    width: int = 200, height: int = 50) -> Iterator["Interactive"]:
+        """The full-screen CLI in a private tmux server, ended when the block ends."""
+        if not tmux_available():
+            from tests.conftest import require
+
+            require(False, "tmux is not installed (apt-get install tmux)")
+        session = Interactive(self.command(args, permission_mode), self.project, self.environment(), width, height)
+        try:
+            session.start()
+            yield session
+        finally:
+            session.close()
+
+
+class Interactive:
+    """``claude`` in tmux: read the screen, type, press keys. Every wait is bounded."""
+
+    def __init__(self, cmd: Sequence[str], cwd: Path, env: Mapping[str, str], width: int, height: int):
+        self.socket = f"askcards-claude-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.cmd, self.cwd, self.env, self.width, self.height = list(cmd), cwd, dict(env), width, height
+        self.pane_pid: int | None = None
+
+    def _tmux(self, *args: str, check: bool = True) -> str:
+        done = subprocess.run(["tmux", "-L", self.socket, "-f", "/dev/null", *args], capture_output=True, text=True, timeout=15)
+        if check and done.returncode != 0:
+            raise AssertionError(f"tmux {' '.join(args)} failed: {done.stderr.strip()}")
+        return done.stdout
+
+    def start(self) -> None:
+        line = "env -i " + " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items()) + " " + shlex.join(self.cmd)
+        self._tmux("new-session", "-d", "-s", "claude", "-x", str(self.width), "-y", str(self.height), "-c", str(self.cwd), line)
+        self._tmux("set-option", "-t", "claude", "remain-on-exit", "on", check=False)
+        self.pane_pid = int(self._tmux("display-message", "-p", "-t", "claude", "#{pane_pid}").strip())
+
+    def screen(self) -> str:
+        return self._tmux("capture-pane", "-p", "-t", "claude", check=False)
+
+    def wait_for(self, text: str, timeout: float = 30) -> str:
+        """The screen once it shows ``text``; AssertionError with the screen past ``timeout``."""
+        deadline = time.monotonic() + timeout
+        screen = ""
+        while time.monotonic() < deadline:
+            screen = self.screen()
+            if text in screen:
+                return screen
+            time.sleep(0.2)
+        raise AssertionError(f"the screen did not show {text!r} within {timeout} s:\n{screen}")
+
+    def type(self, text: str) -> None:
+        self._tmux("send-keys", "-t", "claude", "-l", text)
+
+    def press(self, *keys: str) -> None:
+        """tmux key names: Enter, Escape, Up, Down, Tab, C-c, ..."""
+        for key in keys:
+            self._tmux("send-keys", "-t", "claude", key)
+
+    def submit(self, prompt: str) -> None:
+        """Type a prompt and send it (Enter a moment later, as a paste would otherwise swallow it)."""
+        self.type(prompt)
+        time.sleep(0.5)
+        self.press("Enter")
+
+    def close(self) -> None:
+        self._tmux("kill-server", check=False)
+        if self.pane_pid is not None:
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:
+                try:
+                    os.kill(self.pane_pid, 0)
+                except OSError:
+                    return
+                time.sleep(0.1)
+            with contextlib.suppress(OSError):
+                os.kill(self.pane_pid, 9)
