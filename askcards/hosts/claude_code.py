@@ -51,7 +51,9 @@ def read_event(event: Any) -> Prompt | Progress | None:
     if name in TOOL_EVENTS and isinstance(event.get("tool_name"), str):
         used = event.get("tool_input")
         what = prompts.summary(event["tool_name"], used if isinstance(used, dict) else {})
-        return Progress("running", title, f"{TOOL_EVENTS[name]}：{what}")
+        settled = (_text(event.get("session_id"))[:200], event["tool_name"][:200],
+                   prompts.excerpt(_json(used), AUDIT_INPUT_CHARS))
+        return Progress("running", title, f"{TOOL_EVENTS[name]}：{what}", settled)
     if name == STOP:
         return Progress("completed", title, "本轮已完成")
     if name == ELICITATION:

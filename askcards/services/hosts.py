@@ -103,13 +103,32 @@ def host_left(*, agent: Agent, ask_id: str) -> None:
 
 def host_progress(*, session: Session, sender_id: str, progress: Progress) -> None:
     """A host's tool or turn event on a Feishu session's progress card (where the host's prompts
-    stack); nothing on other sessions. A turn's end (``completed``) ends the card's run."""
+    stack); nothing on other sessions. A turn's end (``completed``) ends the card's run.
+
+    A tool that runs had its permission given: when that was in the terminal, askcards still asks
+    about it (the host keeps the hook's request open until its timeout), so the prompt's ask is
+    withdrawn now (``host_gone``) — on every session."""
+    if progress.settled is not None:
+        _settle(session, *progress.settled)
     if session.platform != Session.Platform.FEISHU or session.bot is None:
         return
     if progress.status != ProgressCard.Status.RUNNING and not _card_running(session):
         return  # nothing running to end
     progress_put(session=session, status=progress.status, title=progress.title, content=progress.content,
                  sender_id=sender_id)
+
+
+def _settle(session: Session, host_session: str, tool_name: str, tool_input: str) -> None:
+    """Withdraw the session's open prompts about this very tool use (same host session, tool and
+    input as their audit row recorded)."""
+    created = AskEvent.objects.filter(
+        kind=AskEvent.Kind.CREATED, ask__session=session, ask__status__in=Ask.OPEN,
+        detail__host__session_id=host_session, detail__host__tool_name=tool_name,
+    ).select_related("ask", "ask__session", "ask__agent")
+    for row in created:
+        if row.detail.get("host", {}).get("tool_input") == tool_input and ask_cancel(
+                ask=row.ask, reason=Ask.Reason.HOST_GONE, actor="system"):
+            logger.info("ask %s withdrawn: its tool runs (permission given in the host's terminal)", row.ask_id)
 
 
 def _card_running(session: Session) -> bool:

@@ -34,6 +34,9 @@ class Progress:
     status: str  # the card's: running | completed
     title: str
     content: str
+    # A tool about to run or just run (host session id, tool name, its input as the audit holds it):
+    # its permission was given — in the terminal, if askcards still asks about it.
+    settled: tuple[str, str, str] | None = None
 
 
 def summary(tool_name: str, tool_input: dict[str, Any]) -> str:
