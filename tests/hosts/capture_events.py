@@ -124,7 +124,7 @@ def interactive_run(binary: Path, out: dict[str, Any]) -> None:
                 term.submit("Ask me, then create asked.txt.")
                 term.wait_for("Do you want to proceed?", 30)
                 hooks.wait_for(lambda c: c.event == "Notification", 30)
-                term.press("Enter")
+                term.answer("Enter", "Do you want to proceed?")
                 term.wait_for("Finished.", 30)
         calls = hooks.calls
         asks = [c for c in calls if c.event == "PermissionRequest" and c.body.get("tool_name") == "AskUserQuestion"]
