@@ -11,7 +11,10 @@
 - ``Host.run_print(prompt, ...)``: ``claude -p PROMPT --permission-mode default --output-format
   json``, bounded, returning a ``Run`` (exit code, stdout, stderr, parsed output).
 - ``Host.interactive(...)``: the full-screen CLI in tmux (a private tmux server), with
-  ``wait_for(text)``, ``type(text)``, ``press(*keys)``, ``screen()``; closed on exit.
+  ``wait_ready()``, ``submit(prompt)``, ``wait_for(text)``, ``answer(key, dialog)``,
+  ``type(text)``, ``press(*keys)``, ``screen()``; ended when the ``with`` block ends.
+- ``Host.mcp_config(config)``: the ``--mcp-config`` arguments for e.g. ``McpServer.config()``;
+  ``Host.run(args)``: any other subcommand (``["mcp", "add", ...]``).
 - ``http_hooks({...})``: the ``hooks`` settings for ``"type": "http"`` hooks.
 
 The native binary needs no Node at run time; the npm package asks for Node >= 22 in ``engines``
@@ -287,6 +290,17 @@ class Interactive:
                 return screen
             time.sleep(0.2)
         raise AssertionError(f"the screen did not show {text!r} within {timeout} s:\n{screen}")
+
+    def wait_ready(self, timeout: float = 30) -> str:
+        """The screen once the prompt box is up (its footer names the permission mode)."""
+        deadline = time.monotonic() + timeout
+        screen = ""
+        while time.monotonic() < deadline:
+            screen = self.screen()
+            if "for shortcuts" in screen or "shift+tab to cycle" in screen:
+                return screen
+            time.sleep(0.2)
+        raise AssertionError(f"the CLI showed no prompt within {timeout} s:\n{screen}")
 
     def type(self, text: str) -> None:
         self._tmux("send-keys", "-t", "claude", "-l", text)

@@ -190,7 +190,7 @@ def test_interactive_the_dialog_shows_while_the_hook_waits_and_the_hook_still_de
             FakeAnthropic([WRITE_HI, Text("Wrote it.")]) as api:
         host = Host(tmp_path, api, settings=hooks_for(hooks, "PermissionRequest", "Notification"))
         with host.interactive() as term:
-            term.wait_for("for shortcuts", 30)
+            term.wait_ready()
             term.submit("Write hi")
             term.wait_for("Do you want to proceed?", 30)
             notified = hooks.wait_for(lambda c: c.event == "Notification", 20)
@@ -209,7 +209,7 @@ def test_interactive_a_local_yes_leaves_the_hook_request_open_until_its_timeout(
             FakeAnthropic([WRITE_HI, Text("Wrote it.")]) as api:
         host = Host(tmp_path, api, settings=hooks_for(hooks, "PermissionRequest", timeout=8))
         with host.interactive() as term:
-            term.wait_for("for shortcuts", 30)
+            term.wait_ready()
             term.submit("Write hi")
             term.wait_for("Do you want to proceed?", 30)
             term.answer("Enter", "Do you want to proceed?")  # 1. Yes
@@ -229,7 +229,7 @@ def test_interactive_a_local_no_closes_the_hook_request(tmp_path):
     with HookServer(lambda call: Hold(max_seconds=30)) as hooks, FakeAnthropic([WRITE_HI, Text("Wrote it.")]) as api:
         host = Host(tmp_path, api, settings=hooks_for(hooks, "PermissionRequest"))
         with host.interactive() as term:
-            term.wait_for("for shortcuts", 30)
+            term.wait_ready()
             term.submit("Write hi")
             term.wait_for("Do you want to proceed?", 30)
             [call] = hooks.calls
