@@ -68,6 +68,7 @@ def print_mode_run(binary: Path, out: dict[str, Any]) -> None:
         project = Path(tmp).resolve() / "project"
         turns = [
             ToolUse("Bash", {"command": "touch made.txt", "description": "Create made.txt"}),
+            ToolUse("Bash", {"command": "python3 -c \"print('hi')\"", "description": "Print hi"}),
             ToolUse("Write", {"file_path": str(project / "notes.txt"), "content": "one\ntwo\nthree\n"}),
             ToolUse("Edit", {"file_path": str(project / "notes.txt"), "old_string": "two", "new_string": "TWO"}),
             ToolUse("WebFetch", {"url": "https://example.com/page", "prompt": "Summarize the page"}),
@@ -88,7 +89,9 @@ def print_mode_run(binary: Path, out: dict[str, Any]) -> None:
         calls = hooks.calls
         bash = first(calls, "PermissionRequest", "Bash")
         out["headers"] = bash.headers
-        out["permission_request_bash"] = bash.body
+        out["permission_request_bash"] = bash.body  # suggests the project directory / acceptEdits
+        out["permission_request_bash_rule"] = [  # suggests an allow rule for the command
+            c for c in calls if c.event == "PermissionRequest" and c.body.get("tool_name") == "Bash"][1].body
         out["permission_request_write"] = first(calls, "PermissionRequest", "Write").body
         out["permission_request_edit"] = first(calls, "PermissionRequest", "Edit").body
         out["permission_request_webfetch"] = first(calls, "PermissionRequest", "WebFetch").body
@@ -120,11 +123,11 @@ def interactive_run(binary: Path, out: dict[str, Any]) -> None:
             host = Host(Path(tmp), api, claude=binary, settings=hook_settings(hooks.url(), ["PermissionRequest", "Notification"]),
                         env={"ASKCARDS_KEY": KEY})
             with host.interactive() as term:
-                term.wait_for("for shortcuts", 30)
+                term.wait_ready()
                 term.submit("Ask me, then create asked.txt.")
                 term.wait_for("Do you want to proceed?", 30)
                 hooks.wait_for(lambda c: c.event == "Notification", 30)
-                term.press("Enter")
+                term.answer("Enter", "Do you want to proceed?")
                 term.wait_for("Finished.", 30)
         calls = hooks.calls
         asks = [c for c in calls if c.event == "PermissionRequest" and c.body.get("tool_name") == "AskUserQuestion"]

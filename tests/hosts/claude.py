@@ -11,7 +11,10 @@
 - ``Host.run_print(prompt, ...)``: ``claude -p PROMPT --permission-mode default --output-format
   json``, bounded, returning a ``Run`` (exit code, stdout, stderr, parsed output).
 - ``Host.interactive(...)``: the full-screen CLI in tmux (a private tmux server), with
-  ``wait_for(text)``, ``type(text)``, ``press(*keys)``, ``screen()``; closed on exit.
+  ``wait_ready()``, ``submit(prompt)``, ``wait_for(text)``, ``answer(key, dialog)``,
+  ``type(text)``, ``press(*keys)``, ``screen()``; ended when the ``with`` block ends.
+- ``Host.mcp_config(config)``: the ``--mcp-config`` arguments for e.g. ``McpServer.config()``;
+  ``Host.run(args)``: any other subcommand (``["mcp", "add", ...]``).
 - ``http_hooks({...})``: the ``hooks`` settings for ``"type": "http"`` hooks.
 
 The native binary needs no Node at run time; the npm package asks for Node >= 22 in ``engines``
@@ -213,17 +216,30 @@ class Host:
             cmd += ["--permission-mode", permission_mode]
         return cmd + list(args)
 
-    def run_print(self, prompt: str, *, args: Sequence[str] = (), permission_mode: str | None = "default",
-                  output_format: str = "json", timeout: float = RUN_TIMEOUT) -> Run:
-        """``claude -p PROMPT`` in the project; raises AssertionError past ``timeout`` seconds."""
-        cmd = self.command(["-p", prompt, "--output-format", output_format, *(["--verbose"] if output_format == "stream-json" else []), *args], permission_mode)
+    def mcp_config(self, config: Mapping[str, Any]) -> list[str]:
+        """Write an ``--mcp-config`` file (e.g. ``McpServer.config()``); the CLI arguments naming it."""
+        path = Path(self.tmp) / "mcp.json"
+        path.write_text(json.dumps(config))
+        return ["--mcp-config", str(path)]
+
+    def run(self, args: Sequence[str], *, timeout: float = RUN_TIMEOUT) -> Run:
+        """Any ``claude`` subcommand in the project (``["mcp", "add", ...]``), bounded."""
+        return self._run(self.command(args, None), timeout)
+
+    def _run(self, cmd: list[str], timeout: float) -> Run:
         started = time.monotonic()
         try:
             done = subprocess.run(cmd, cwd=self.project, env=self.environment(), capture_output=True, text=True,
                                   timeout=timeout, stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired as exc:
-            raise AssertionError(f"claude -p did not finish within {timeout} s; stdout: {exc.stdout!r} stderr: {exc.stderr!r}") from None
+            raise AssertionError(f"{' '.join(cmd[1:3])} did not finish within {timeout} s; stdout: {exc.stdout!r} stderr: {exc.stderr!r}") from None
         return Run(done.returncode, done.stdout, done.stderr, self.project, self.home, time.monotonic() - started)
+
+    def run_print(self, prompt: str, *, args: Sequence[str] = (), permission_mode: str | None = "default",
+                  output_format: str = "json", timeout: float = RUN_TIMEOUT) -> Run:
+        """``claude -p PROMPT`` in the project; raises AssertionError past ``timeout`` seconds."""
+        verbose = ["--verbose"] if output_format == "stream-json" else []  # the CLI requires it there
+        return self._run(self.command(["-p", prompt, "--output-format", output_format, *verbose, *args], permission_mode), timeout)
 
     @contextlib.contextmanager
     def interactive(self, *, args: Sequence[str] = (), permission_mode: str | None = "default",
@@ -275,6 +291,17 @@ class Interactive:
             time.sleep(0.2)
         raise AssertionError(f"the screen did not show {text!r} within {timeout} s:\n{screen}")
 
+    def wait_ready(self, timeout: float = 30) -> str:
+        """The screen once the prompt box is up (its footer names the permission mode)."""
+        deadline = time.monotonic() + timeout
+        screen = ""
+        while time.monotonic() < deadline:
+            screen = self.screen()
+            if "for shortcuts" in screen or "shift+tab to cycle" in screen:
+                return screen
+            time.sleep(0.2)
+        raise AssertionError(f"the CLI showed no prompt within {timeout} s:\n{screen}")
+
     def type(self, text: str) -> None:
         self._tmux("send-keys", "-t", "claude", "-l", text)
 
@@ -282,6 +309,20 @@ class Interactive:
         """tmux key names: Enter, Escape, Up, Down, Tab, C-c, ..."""
         for key in keys:
             self._tmux("send-keys", "-t", "claude", key)
+
+    def answer(self, key: str, dialog: str, timeout: float = 15) -> str:
+        """Press ``key`` in a dialog that shows ``dialog`` (e.g. "Do you want to proceed?") until it
+        goes: a dialog that has just opened ignores keys for a moment. The screen after."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.press(key)
+            settle = time.monotonic() + 1.0
+            while time.monotonic() < settle:
+                screen = self.screen()
+                if dialog not in screen:
+                    return screen
+                time.sleep(0.1)
+        raise AssertionError(f"{key} did not close the dialog {dialog!r} within {timeout} s:\n{self.screen()}")
 
     def submit(self, prompt: str) -> None:
         """Type a prompt and send it (Enter a moment later, as a paste would otherwise swallow it)."""

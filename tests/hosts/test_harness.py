@@ -89,7 +89,7 @@ def test_interactive_ask_user_question_answered_through_the_hook(tmp_path):
     with HookServer(answer) as hooks, FakeAnthropic([ToolUse("AskUserQuestion", questions), Text("PostgreSQL it is.")]) as api:
         host = Host(tmp_path, api, settings=askcards_hook(hooks), env={"ASKCARDS_KEY": KEY})
         with host.interactive() as term:
-            term.wait_for("for shortcuts", 30)
+            term.wait_ready()
             term.submit("Ask me which database to use")
             screen = term.wait_for("PostgreSQL it is.", 30)
 
