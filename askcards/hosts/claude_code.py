@@ -51,8 +51,10 @@ def read_event(event: Any) -> Prompt | Progress | None:
     if name in TOOL_EVENTS and isinstance(event.get("tool_name"), str):
         used = event.get("tool_input")
         what = prompts.summary(event["tool_name"], used if isinstance(used, dict) else {})
-        settled = (_text(event.get("session_id"))[:200], event["tool_name"][:200],
-                   prompts.excerpt(_json(used), AUDIT_INPUT_CHARS))
+        # PreToolUse comes before the permission check; a tool that ran had its permission.
+        settled = None if name == "PreToolUse" else (
+            _text(event.get("session_id"))[:200], event["tool_name"][:200],
+            prompts.excerpt(_json(used), AUDIT_INPUT_CHARS))
         return Progress("running", title, f"{TOOL_EVENTS[name]}：{what}", settled)
     if name == STOP:
         return Progress("completed", title, "本轮已完成")

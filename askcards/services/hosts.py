@@ -105,7 +105,7 @@ def host_progress(*, session: Session, sender_id: str, progress: Progress) -> No
     """A host's tool or turn event on a Feishu session's progress card (where the host's prompts
     stack); nothing on other sessions. A turn's end (``completed``) ends the card's run.
 
-    A tool that runs had its permission given: when that was in the terminal, askcards still asks
+    A tool that ran had its permission given: when that was in the terminal, askcards still asks
     about it (the host keeps the hook's request open until its timeout), so the prompt's ask is
     withdrawn now (``host_gone``) — on every session."""
     if progress.settled is not None:

@@ -34,7 +34,7 @@ class Progress:
     status: str  # the card's: running | completed
     title: str
     content: str
-    # A tool about to run or just run (host session id, tool name, its input as the audit holds it):
+    # A tool that just ran (host session id, tool name, its input as the audit holds it):
     # its permission was given — in the terminal, if askcards still asks about it.
     settled: tuple[str, str, str] | None = None
 

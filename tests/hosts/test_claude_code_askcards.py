@@ -148,3 +148,50 @@ def test_approved_on_a_feishu_card_the_command_runs_and_the_card_shows_progress(
     assert (host.project / "out.txt").read_text() == "hi\n"
     # PostToolUse, then Stop: the card says the turn is done.
     _until(lambda: "本轮已完成" in json.dumps(message.card, ensure_ascii=False), "the card to show the turn ended")
+
+
+# ------------------------------------------------------------------ AskUserQuestion, interactive
+
+QUESTION = "Which database should we use?"
+ASK_DATABASE = ToolUse("AskUserQuestion", {"questions": [{
+    "question": QUESTION, "header": "Database", "multiSelect": False,
+    "options": [{"label": "PostgreSQL", "description": "Relational"}, {"label": "SQLite", "description": "Embedded"}],
+}]})
+
+
+def test_ask_user_question_answered_on_the_panel_reads_as_typed_in_the_terminal(tmp_path):
+    """The interactive CLI (tmux) offers AskUserQuestion; alice answers it on her panel."""
+    with askcards(tmp_path / "askcards") as (base, key, alice), \
+            FakeAnthropic([ASK_DATABASE, Text("PostgreSQL it is.")]) as api:
+        alice.answers([["PostgreSQL"]])
+        host = Host(tmp_path, api, settings=_settings(base, WEB_SESSION), env={"ASKCARDS_KEY": key})
+        with host.interactive() as term:
+            term.wait_ready()
+            term.submit("Ask me which database to use")
+            screen = term.wait_for("PostgreSQL it is.", WAIT)
+        [shown] = alice.shown
+
+    assert shown["questions"][0]["header"] == "Database"
+    assert "Answered Claude's questions" in screen
+    assert f'"{QUESTION}"="PostgreSQL"' in api.tool_result_text("toolu_fake_0_0")
+
+
+def test_answered_in_the_terminal_first_the_ask_leaves_the_panel_when_the_tool_runs(tmp_path):
+    with askcards(tmp_path / "askcards") as (base, key, alice), \
+            FakeAnthropic([WRITE_HI, Text("Wrote it.")]) as api:
+        alice.holds()
+        settings = _settings(base, WEB_SESSION, timeout=300, events=("PermissionRequest", "PostToolUse"))
+        host = Host(tmp_path, api, settings=settings, env={"ASKCARDS_KEY": key})
+        with host.interactive() as term:
+            term.wait_ready()
+            term.submit("Write hi to out.txt")
+            term.wait_for("Do you want to proceed?", WAIT)
+            _until(lambda: alice.shown, "the prompt on the panel")
+            started = time.monotonic()
+            term.answer("Enter", "Do you want to proceed?")  # 1. Yes, in the terminal
+            term.wait_for("Wrote it.", WAIT)
+            reason = alice.wait_ended(alice.shown[0]["requestId"], seconds=20)
+            took = time.monotonic() - started
+
+    assert (host.project / "out.txt").read_text() == "hi\n"
+    assert reason == "host_gone" and took < 20  # not the hook's 300 s

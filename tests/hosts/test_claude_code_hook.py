@@ -392,18 +392,20 @@ async def test_an_elicitation_too_big_for_a_form_is_refused_clearly(present):
     assert await database_sync_to_async(Ask.objects.count)() == 0
 
 
-async def test_a_prompt_answered_in_the_terminal_leaves_the_panel_once_its_tool_runs(present):
+async def test_a_prompt_answered_in_the_terminal_leaves_the_panel_once_its_tool_ran(present):
     """Answered "Yes" in the terminal, Claude Code keeps the hook's request open until its timeout;
-    the tool's PreToolUse event says it runs, and the ask is withdrawn at once."""
+    the tool's PostToolUse event says it ran, and the ask is withdrawn at once (PreToolUse comes
+    before the permission check: it settles nothing)."""
     _, key = present
     hook = asyncio.ensure_future(_post(SESSION_URL, key, BASH).get_response(timeout=20))
     ask = await _open_ask()
-    other = {**BASH, "hook_event_name": "PreToolUse", "tool_input": {"command": "ls"}}
-    await _post(SESSION_URL, key, other).get_response(timeout=10)  # another tool: nothing changes
-    assert (await database_sync_to_async(Ask.objects.get)(pk=ask.id)).status == "pending"
+    for unsettling in ({**BASH, "hook_event_name": "PostToolUse", "tool_input": {"command": "ls"}},  # another tool
+                       {**BASH, "hook_event_name": "PreToolUse", "tool_use_id": "toolu_01"}):
+        await _post(SESSION_URL, key, unsettling).get_response(timeout=10)
+        assert (await database_sync_to_async(Ask.objects.get)(pk=ask.id)).status == "pending"
 
-    pre = {**BASH, "hook_event_name": "PreToolUse", "tool_use_id": "toolu_01"}
-    response = await _post(SESSION_URL, key, pre).get_response(timeout=10)
+    post = {**BASH, "hook_event_name": "PostToolUse", "tool_use_id": "toolu_01", "tool_response": {"stdout": ""}}
+    response = await _post(SESSION_URL, key, post).get_response(timeout=10)
     assert (response["status"], json.loads(response["body"])) == (200, {})
     ask = await database_sync_to_async(Ask.objects.get)(pk=ask.id)
     assert (ask.status, ask.reason) == ("cancelled", "host_gone")
