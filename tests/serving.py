@@ -127,3 +127,15 @@ def seeded(data_dir: Path, seed_code: str) -> Iterator[tuple[str, dict]]:
     seed = shell_json(env, seed_code)
     with serve(env) as base:
         yield base, seed
+
+
+def until(check, what: str, timeout: float = 20.0, every: float = 0.05):
+    """``check()``'s first truthy value, polled every ``every`` s; AssertionError naming ``what``
+    after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"timed out waiting for {what}")

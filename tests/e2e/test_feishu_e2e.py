@@ -26,15 +26,6 @@ QUESTIONS = [
 WAIT_SECONDS = 20  # every wait below is bounded
 
 
-def _until(check, what: str, timeout: float = WAIT_SECONDS):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
 
 @pytest.fixture
 def served_with_fake(tmp_path):
@@ -62,14 +53,14 @@ def test_feishu_ask_answered_on_the_card_reaches_the_agent(served_with_fake):
         headers=headers, timeout=10,
     )
     assert progress.status_code == 200, progress.text
-    message = _until(lambda: next(iter(fake.messages.values()), None), "the progress card to be sent")
+    message = serving.until(lambda: next(iter(fake.messages.values()), None), "the progress card to be sent")
     assert message.receive_id == "ou_alice"
 
     waited: dict = {}
     call = {"session": session["id"], "name": "ask_user_questions", "arguments": {"questions": QUESTIONS}, "wait": WAIT_SECONDS + 10}
     agent = threading.Thread(target=lambda: waited.update(requests.post(f"{base}/api/v1/tools/call", json=call, headers=headers, timeout=60).json()))
     agent.start()
-    card = _until(lambda: forms(message.card) and message.card, "the form to be PATCHed onto the card")
+    card = serving.until(lambda: forms(message.card) and message.card, "the form to be PATCHed onto the card")
     submit = next(e for e in forms(card)[0]["elements"] if e["tag"] == "button")
     value = submit["behaviors"][0]["value"]
 
@@ -93,5 +84,5 @@ def test_feishu_ask_answered_on_the_card_reaches_the_agent(served_with_fake):
     ]}
     # The group's copy (it still had the form) converges on the clicker's card: the worker
     # PATCHes after the response, never on the callback's path.
-    _until(lambda: message.card == reply["card"]["data"], "the group card to converge")
+    serving.until(lambda: message.card == reply["card"]["data"], "the group card to converge")
     assert not fake.rejections

@@ -28,16 +28,6 @@ def claude_installed():
     claude.binary()
 
 
-def _until(check, what: str, timeout: float = WAIT):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def _settings(base: str, query: str, *, timeout: int = 120, events=("PermissionRequest",)) -> dict:
     """The README's settings: an http hook with the agent key from the environment."""
     hook = http_hook(f"{base}/hooks/claude-code?{query}&timeout={timeout}", timeout=timeout,
@@ -129,8 +119,8 @@ def test_approved_on_a_feishu_card_the_command_runs_and_the_card_shows_progress(
         host = Host(tmp_path, api, settings=settings, env={"ASKCARDS_KEY": key})
         thread, done = _in_background(lambda: host.run_print("Write hi to out.txt"))
 
-        message = _until(lambda: next(iter(fake.messages.values()), None), "the progress card")
-        card = _until(lambda: forms(message.card) and message.card, "the approval on the card")
+        message = serving.until(lambda: next(iter(fake.messages.values()), None), "the progress card", WAIT)
+        card = serving.until(lambda: forms(message.card) and message.card, "the approval on the card", WAIT)
         assert "echo hi > out.txt" in json.dumps(card, ensure_ascii=False)
         submit = next(e for e in forms(card)[0]["elements"] if e["tag"] == "button")
         body, headers = signed_callback(fake.app_id, operator="ou_alice", value=submit["behaviors"][0]["value"],
@@ -147,7 +137,7 @@ def test_approved_on_a_feishu_card_the_command_runs_and_the_card_shows_progress(
     assert run.returncode == 0, run.stderr
     assert (host.project / "out.txt").read_text() == "hi\n"
     # PostToolUse, then Stop: the card says the turn is done.
-    _until(lambda: "本轮已完成" in json.dumps(message.card, ensure_ascii=False), "the card to show the turn ended")
+    serving.until(lambda: "本轮已完成" in json.dumps(message.card, ensure_ascii=False), "the card to show the turn ended", WAIT)
 
 
 # ------------------------------------------------------------------ AskUserQuestion, interactive
@@ -186,7 +176,7 @@ def test_answered_in_the_terminal_first_the_ask_leaves_the_panel_when_the_tool_r
             term.wait_ready()
             term.submit("Write hi to out.txt")
             term.wait_for("Do you want to proceed?", WAIT)
-            _until(lambda: alice.shown, "the prompt on the panel")
+            serving.until(lambda: alice.shown, "the prompt on the panel", WAIT)
             started = time.monotonic()
             term.answer("Enter", "Do you want to proceed?")  # 1. Yes, in the terminal
             term.wait_for("Wrote it.", WAIT)

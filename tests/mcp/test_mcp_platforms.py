@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 from urllib.parse import urlencode
@@ -79,16 +78,6 @@ def _renamed(session: dict[str, str]) -> dict[str, str]:
     return {"session" if name == "key" else name: value for name, value in session.items()}
 
 
-def _until(check: Callable[[], Any], what: str) -> Any:
-    deadline = time.monotonic() + support.TIMEOUT
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     data_dir = tmp_path_factory.mktemp("mcp-platforms")
@@ -115,7 +104,7 @@ def world(tmp_path_factory):
             session = world.rest("POST", "/sessions", {"key": feishu_key, "bot": feishu.app_id})
             progress = {"status": "running", "title": "Release 2.0", "content": "Tests are green"}
             world.rest("PUT", f"/sessions/{session['id']}/progress", progress)
-            world.feishu_card = _until(lambda: next(iter(feishu.messages.values()), None), "the Feishu progress card")
+            world.feishu_card = serving.until(lambda: next(iter(feishu.messages.values()), None), "the Feishu progress card", support.TIMEOUT)
             assert world.feishu_card.receive_id == FEISHU_USER
             yield world
             assert not feishu.rejections, feishu.rejections
@@ -149,7 +138,7 @@ def _feishu_form(world: World, ask_id: str | None = None) -> tuple[str, dict]:
                     return value["requestId"], element
         return None
 
-    return _until(find, f"the form of ask {ask_id or 'new'} on the Feishu card")
+    return serving.until(find, f"the form of ask {ask_id or 'new'} on the Feishu card", support.TIMEOUT)
 
 
 def _feishu_submit(world: World, button: dict, choice: str, note: str = "") -> dict:
