@@ -262,28 +262,28 @@ def _field(name: str, schema: Any, required: bool) -> Field:
     raise HostEventError(f"requested_schema.properties.{name}: type {kind!r} cannot be asked as a form here")
 
 
-def _question(field: Field, schema: dict[str, Any]) -> dict[str, Any]:
-    title = str(schema.get("title") or field.name)
+def _question(wanted: Field, schema: dict[str, Any]) -> dict[str, Any]:
+    title = str(schema.get("title") or wanted.name)
     notes = [str(schema.get("description") or "")]
     if schema.get("format"):
         notes.append(f"格式：{schema['format']}")
-    if field.kind in ("number", "integer"):
+    if wanted.kind in ("number", "integer"):
         bounds = [f"≥ {schema['minimum']}" if "minimum" in schema else "", f"≤ {schema['maximum']}" if "maximum" in schema else ""]
         notes.append("数字" + (f"（{' '.join(b for b in bounds if b)}）" if any(bounds) else ""))
-    if field.default not in (None, ""):
-        notes.append(f"默认：{field.default}")
-    notes.append("必填" if field.required else "可不填")
+    if wanted.default not in (None, ""):
+        notes.append(f"默认：{wanted.default}")
+    notes.append("必填" if wanted.required else "可不填")
     text = f"{title}\n" + "；".join(n for n in notes if n)
-    if field.labels:
-        if not 2 <= len(field.labels) <= 4:
-            raise HostEventError(f"requested_schema.properties.{field.name} offers {len(field.labels)} choices; "
+    if wanted.labels:
+        if not 2 <= len(wanted.labels) <= 4:
+            raise HostEventError(f"requested_schema.properties.{wanted.name} offers {len(wanted.labels)} choices; "
                                  "a form here holds 2 to 4")
-        options = [{"label": excerpt(label, 200), "description": ""} for label, _ in field.labels]
+        options = [{"label": excerpt(label, 200), "description": ""} for label, _ in wanted.labels]
     else:
         options = [{"label": WRITE, "description": "在「其他」中写下回答"},
-                   {"label": EMPTY, "description": "使用默认值" if field.default not in (None, "") else "不填写"}]
+                   {"label": EMPTY, "description": "使用默认值" if wanted.default not in (None, "") else "不填写"}]
     return {"question": text[:QUESTION_MAX], "header": excerpt(title, HEADER_MAX - 1) if len(title) > HEADER_MAX else title,
-            "options": options, "multiSelect": field.kind == "choices"}
+            "options": options, "multiSelect": wanted.kind == "choices"}
 
 
 def elicitation(*, host: str, server: str, message: str, schema: Any, cwd: str, session_id: str,
@@ -297,7 +297,7 @@ def elicitation(*, host: str, server: str, message: str, schema: Any, cwd: str, 
     if not 1 <= len(properties) <= MAX_FIELDS:
         raise HostEventError(f"requested_schema has {len(properties)} properties; a form here asks 1 to {MAX_FIELDS}")
     fields = [_field(str(name), value, name in required) for name, value in properties.items()]
-    questions = [_question(field, properties[field.name]) for field in fields]
+    questions = [_question(wanted, properties[wanted.name]) for wanted in fields]
     head = f"{context_line(host, cwd, session_id)} · MCP {excerpt(server, 60)}\n{excerpt(message, 600)}\n\n"
     questions[0]["question"] = (head + questions[0]["question"])[:QUESTION_MAX]
     questions.append({"question": "提交这些回答，还是拒绝提供？", "header": "回应",
@@ -307,41 +307,41 @@ def elicitation(*, host: str, server: str, message: str, schema: Any, cwd: str, 
 
 def elicitation_content(prompt: Prompt, answer: Answer) -> tuple[str, dict[str, Any] | None]:
     """(``accept`` with the content, ``decline``) for the person's answer, or ("", None) when it
-    does not make a valid content (a required field left out, a number that is not one): then no
+    does not make a valid content (a required wanted left out, a number that is not one): then no
     decision, and the host asks in its own dialog."""
     items = answer.answers
     last = items[len(prompt.fields)] if len(items) > len(prompt.fields) else {}
     if DECLINE in (last.get("selectedLabels") or []):
         return "decline", None
     content: dict[str, Any] = {}
-    for field, item in zip(prompt.fields, items):
+    for wanted, item in zip(prompt.fields, items):
         labels = [str(label) for label in item.get("selectedLabels") or []]
         text = str(item.get("customInput") or "").strip()
         value: Any = None
-        if field.labels:
-            mapping = dict(field.labels)
+        if wanted.labels:
+            mapping = dict(wanted.labels)
             chosen = [mapping[label] for label in labels if label in mapping]
-            value = chosen if field.kind == "choices" else (chosen[0] if chosen else None)
-            if field.kind == "choices" and not chosen:
+            value = chosen if wanted.kind == "choices" else (chosen[0] if chosen else None)
+            if wanted.kind == "choices" and not chosen:
                 value = None
         elif text:
-            value = _typed(field, text)
+            value = _typed(wanted, text)
             if value is None:
                 return "", None
-        elif field.default not in (None, ""):
-            value = field.default
+        elif wanted.default not in (None, ""):
+            value = wanted.default
         if value is None:
-            if field.required:
+            if wanted.required:
                 return "", None
             continue
-        content[field.name] = value
+        content[wanted.name] = value
     return "accept", content
 
 
-def _typed(field: Field, text: str) -> Any:
-    if field.kind == "integer":
+def _typed(wanted: Field, text: str) -> Any:
+    if wanted.kind == "integer":
         return int(text) if text.lstrip("-").isdigit() else None
-    if field.kind == "number":
+    if wanted.kind == "number":
         try:
             number = float(text)
         except ValueError:
