@@ -264,6 +264,7 @@ class Interactive:
         self.socket = f"askcards-claude-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.cmd, self.cwd, self.env, self.width, self.height = list(cmd), cwd, dict(env), width, height
         self.pane_pid: int | None = None
+        self.socket_path = ""
 
     def _tmux(self, *args: str, check: bool = True) -> str:
         done = subprocess.run(["tmux", "-L", self.socket, "-f", "/dev/null", *args], capture_output=True, text=True, timeout=15)
@@ -276,6 +277,7 @@ class Interactive:
         self._tmux("new-session", "-d", "-s", "claude", "-x", str(self.width), "-y", str(self.height), "-c", str(self.cwd), line)
         self._tmux("set-option", "-t", "claude", "remain-on-exit", "on", check=False)
         self.pane_pid = int(self._tmux("display-message", "-p", "-t", "claude", "#{pane_pid}").strip())
+        self.socket_path = self._tmux("display-message", "-p", "#{socket_path}").strip()
 
     def screen(self) -> str:
         return self._tmux("capture-pane", "-p", "-t", "claude", check=False)
@@ -332,6 +334,9 @@ class Interactive:
 
     def close(self) -> None:
         self._tmux("kill-server", check=False)
+        if self.socket_path:
+            with contextlib.suppress(OSError):
+                os.unlink(self.socket_path)
         if self.pane_pid is not None:
             deadline = time.monotonic() + 5
             while time.monotonic() < deadline:

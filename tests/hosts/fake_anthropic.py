@@ -7,13 +7,13 @@ conversation it carries (the number of assistant messages in it), so a retried r
 same turn again and a request after a tool call gets the next one. Past the end of the script the
 model answers ``Text(FakeAnthropic.final_text)``.
 
-The CLI also sends side requests of its own (a one-word quota probe, titles, summaries); they are
-told apart from the main loop by carrying no ``tools`` and are answered with a short text without
-using up the script. Every request is recorded (``requests``) so a test can assert what the model
-received: ``tool_results()`` gives the ``tool_result`` blocks the CLI sent back, by tool_use id.
-
-``POST /v1/messages/count_tokens`` answers a rough count; anything else answers 404 JSON in the
-API's error shape (and is recorded, so an unexpected call shows up in ``requests``).
+Claude Code 2.1.332 calls nothing but ``POST /v1/messages?beta=true`` (streaming, always with
+``tools``), in -p and interactive mode alike. A request without ``tools`` (a side request a later
+version may send: titles, summaries, a quota probe) is answered ``side_text`` without using up the
+script. ``POST /v1/messages/count_tokens`` answers a rough count; anything else answers 404 in the
+API's error shape. Every request is recorded (``requests``), so a test can assert what the model
+received: ``tool_results()`` gives the ``tool_result`` blocks the CLI sent back, by tool_use id
+(scripted calls get ids ``toolu_fake_<turn>_<n>``), ``tool_result_text(id)`` the text of one.
 """
 from __future__ import annotations
 
@@ -198,15 +198,14 @@ class FakeAnthropic:
             return index, self.turns[index]
         return index, Text(self.final_text)
 
-    def _answer(self, handler: BaseHTTPRequestHandler, record: Recorded) -> None:
+    def _answer(self, handler: Any, record: Recorded) -> None:
         path = record.path.split("?")[0]
-        send = handler._send  # type: ignore[attr-defined]
         if path == "/v1/messages/count_tokens" and handler.command == "POST":
             size = len(json.dumps(record.body or {}))
-            handler._json(200, {"input_tokens": max(1, size // 4)})  # type: ignore[attr-defined]
+            handler._json(200, {"input_tokens": max(1, size // 4)})
             return
         if path != "/v1/messages" or handler.command != "POST" or not isinstance(record.body, dict):
-            handler._json(404, {"type": "error", "error": {"type": "not_found_error", "message": f"fake API: no {handler.command} {path}"}})  # type: ignore[attr-defined]
+            handler._json(404, {"type": "error", "error": {"type": "not_found_error", "message": f"fake API: no {handler.command} {path}"}})
             return
         body = record.body
         model = body.get("model", "claude-fake")
@@ -217,9 +216,9 @@ class FakeAnthropic:
             index, blocks = -1, [{"type": "text", "text": self.side_text}]
         message_id = f"msg_fake_{index}_{len(self.requests)}"
         if body.get("stream"):
-            send(200, _stream(blocks, model, message_id), "text/event-stream")
+            handler._send(200, _stream(blocks, model, message_id), "text/event-stream")
         else:
-            handler._json(200, _whole(blocks, model, message_id))  # type: ignore[attr-defined]
+            handler._json(200, _whole(blocks, model, message_id))
 
     # -- what the model received -------------------------------------------------------------------
     def main_requests(self) -> list[Recorded]:
