@@ -113,8 +113,9 @@ def decision(prompt: Prompt, answer: Answer) -> dict[str, Any]:
     if choice == prompts.ALLOW:
         return _output({"behavior": "allow", "updatedInput": prompt.tool_input})
     if choice == prompts.ALLOW_SESSION and prompt.suggestions:
-        return _output({"behavior": "allow", "updatedInput": prompt.tool_input,
-                        "updatedPermissions": prompt.suggestions})
+        # For this session only, as the option says (a suggestion naming localSettings would persist).
+        rules = [{**rule, "destination": "session"} if isinstance(rule, dict) else rule for rule in prompt.suggestions]
+        return _output({"behavior": "allow", "updatedInput": prompt.tool_input, "updatedPermissions": rules})
     # 拒绝, or only words written: a refusal whose reason the model reads.
     return _output({"behavior": "deny", "message": deny_message(text, answer)})
 

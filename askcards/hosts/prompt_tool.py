@@ -49,7 +49,11 @@ def read_call(arguments: Any) -> Prompt:
     audit = {"host": "claude-code", "event": "permission_prompt_tool", "tool_use_id": tool_use_id[:200],
              "tool_name": tool_name[:200],
              "tool_input": prompts.excerpt(claude_code._json(tool_input), claude_code.AUDIT_INPUT_CHARS)}
-    return prompts.approval(host=f"{claude_code.HOST}（无终端）", tool_name=tool_name, tool_input=tool_input,
+    host = f"{claude_code.HOST}（无终端）"
+    if tool_name == claude_code.ASK_USER_QUESTION:  # offered in -p runs with a prompt tool: its questions are asked
+        return prompts.host_questions(host=host, questions=tool_input.get("questions"), cwd="", session_id="",
+                                      tool_input=tool_input, audit=audit)
+    return prompts.approval(host=host, tool_name=tool_name, tool_input=tool_input,
                             cwd="", session_id="", suggestions=None, audit=audit)
 
 

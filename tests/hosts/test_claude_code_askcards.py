@@ -185,3 +185,25 @@ def test_answered_in_the_terminal_first_the_ask_leaves_the_panel_when_the_tool_r
 
     assert (host.project / "out.txt").read_text() == "hi\n"
     assert reason == "host_gone" and took < 20  # not the hook's 300 s
+
+
+# ------------------------------------------------------------------------------- elicitation
+
+def test_an_mcp_servers_elicitation_is_answered_on_the_panel_and_the_server_gets_the_content(tmp_path):
+    """A small MCP server (the official Python SDK) asks for input while Claude Code calls it;
+    the Elicitation hook puts the form on alice's panel, and her answer is what the server gets."""
+    from tests.hosts.mcp_server import McpServer
+
+    with askcards(tmp_path / "askcards") as (base, key, alice), McpServer() as mcp, \
+            FakeAnthropic([ToolUse(f"mcp__{mcp.name}__pick_database", {}), Text("Done.")]) as api:
+        alice.answers([["允许"]])  # the permission to call the MCP tool
+        alice.answers([["PostgreSQL"], ["留空"], ["提交"]])
+        settings = _settings(base, WEB_SESSION, events=("PermissionRequest", "Elicitation"))
+        host = Host(tmp_path, api, settings=settings, env={"ASKCARDS_KEY": key})
+        run = host.run_print("Pick a database", args=host.mcp_config(mcp.config()))
+        permission, form = alice.shown
+
+    assert run.returncode == 0, run.stderr
+    assert f"mcp__{mcp.name}__pick_database".split("__")[-1] in permission["questions"][0]["question"]
+    assert [q["header"] for q in form["questions"]] == ["Database", "Reason", "回应"]
+    assert mcp.elicit_results == [{"action": "accept", "data": {"database": "PostgreSQL", "reason": ""}}]

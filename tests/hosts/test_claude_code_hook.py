@@ -125,6 +125,13 @@ async def test_allow_for_the_session_answers_with_the_hosts_suggestion(present):
     assert decision == {"behavior": "allow", "updatedInput": BASH["tool_input"], "updatedPermissions": SUGGESTION}
 
 
+async def test_allow_for_the_session_never_persists_a_rule(present):
+    _, key = present
+    lasting = [{**SUGGESTION[0], "destination": "localSettings"}]
+    _, reply = await _decided(key, {**BASH, "permission_suggestions": lasting}, [["本会话内允许"]])
+    assert reply["hookSpecificOutput"]["decision"]["updatedPermissions"] == SUGGESTION  # destination: session
+
+
 async def test_an_edit_shows_the_file_and_a_bounded_diff(present):
     _, key = present
     event = {**BASH, "tool_name": "Edit", "tool_input": {

@@ -74,3 +74,24 @@ def test_bad_arguments_are_a_denial_not_an_allow(served):
     result = run(scenario)
     decision = json.loads(result.content[0].text)
     assert decision["behavior"] == "deny" and "input" in decision["message"]
+
+
+def test_ask_user_question_through_the_prompt_tool_is_asked_as_the_questions(served):
+    """claude -p offers AskUserQuestion when a prompt tool is given, and asks the tool about it."""
+    base, key, cookie = served
+    questions = [{"question": "Which database?", "header": "Database", "multiSelect": False,
+                  "options": [{"label": "PostgreSQL"}, {"label": "SQLite"}]}]
+
+    async def scenario():
+        async with support.Panel.open(base, cookie) as panel, support.client(base, key, PROMPT_URL) as mcp:
+            call = asyncio.ensure_future(mcp.call_tool("permission_prompt", {
+                "tool_name": "AskUserQuestion", "input": {"questions": questions}, "tool_use_id": "toolu_02"}))
+            shown = await panel.next_ask()
+            answers = [{"question": shown["questions"][0]["question"], "selectedLabels": ["SQLite"], "customInput": None}]
+            await panel.socket.send(json.dumps({"type": "ask_user_questions_result", "requestId": shown["requestId"],
+                                                "answers": answers}))
+            return shown, json.loads((await call).content[0].text)
+
+    shown, decision = run(scenario)
+    assert shown["questions"][0]["header"] == "Database"
+    assert decision == {"behavior": "allow", "updatedInput": {"questions": questions, "answers": {"Which database?": "SQLite"}}}
