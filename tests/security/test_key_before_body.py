@@ -1,4 +1,5 @@
-"""Issue 23, point 5, on a real ``manage.py serve``: on the keyed routes (``/api/v1/…``, ``/mcp``)
+"""Issue 23, point 5, on a real ``manage.py serve``: on the keyed routes (``/api/v1/…``, ``/mcp``,
+the agent hosts' ``/hooks/…``)
 nothing much is buffered before the agent key is checked (askcards/serverguard.py). Before, daphne
 read every body whole (up to 2.5 MB, to a temporary file past 100 KB) before the application saw
 the key: 40 held connections with a wrong key parked 104 MB of temporary files and +100 MB RSS.
@@ -80,7 +81,8 @@ def _proc(pid: int) -> tuple[int, int]:
     return rss, temporary
 
 
-@pytest.mark.parametrize("path", ["/api/v1/tools/call", f"/mcp?{support.WEB_SESSION}", "/api/v1/sessions"])
+@pytest.mark.parametrize("path", ["/api/v1/tools/call", f"/mcp?{support.WEB_SESSION}", "/api/v1/sessions",
+                                  f"/hooks/claude-code?{support.WEB_SESSION}", f"/hooks/codex?{support.WEB_SESSION}"])
 @pytest.mark.parametrize("authorization, code", [(WRONG, "invalid_key"), (None, "not_authenticated"),
                                                  ("Basic YWxpY2U6cHc=", "invalid_key")])
 def test_a_bad_key_with_a_large_declared_body_is_401_before_the_body_is_sent(served, path, authorization, code):
