@@ -18,7 +18,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from askcards.models import Agent, Ask, AskEvent, ProgressCard, Respondent, Session
-from askcards.tools.host_prompts import Answer, HostEventError, Progress, Prompt
+from askcards.tools import dingtalk_ask_user_question as dingtalk_tool
+from askcards.tools.host_prompts import Answer, HostEventError, Progress, Prompt, answers_from_form, dingtalk_form
 
 from .asks import ask_cancel, audit
 from .feishu_progress import progress_put
@@ -28,8 +29,9 @@ logger = logging.getLogger(__name__)
 
 TOOL = "ask_user_questions"
 NO_DECISION: dict[str, Any] = {}  # the host carries on as it would without the hook (its own dialog)
-# Platforms whose sessions ask a host's prompts (an ask_user_questions form there).
-PLATFORMS = (Session.Platform.FEISHU, Session.Platform.WEB)
+# Platforms whose sessions ask a host's prompts: an ask_user_questions form on Feishu and the
+# panel, a DingTalk form on DingTalk (and on the panel of the session's web user).
+PLATFORMS = (Session.Platform.FEISHU, Session.Platform.WEB, Session.Platform.DINGTALK)
 
 Decide = Callable[[Prompt, Answer], dict[str, Any]]
 # A waiting host's lease on its ask: refreshed every WAITER_REFRESH_SECONDS while the host's request
@@ -52,15 +54,19 @@ def host_prompt(*, agent: Agent, session: Session, sender_id: str, prompt: Promp
     the prompt is not one the form can hold (the tool's own message)."""
     if session.platform not in PLATFORMS:
         raise HostEventError(
-            f"a {session.platform} session cannot show an agent host's prompts yet; name a Feishu or web session "
-            "in the hook URL (session=…&platform=feishu|web)")
+            f"a {session.platform} session cannot show an agent host's prompts; name a Feishu, DingTalk or web "
+            "session in the hook URL (session=…&platform=feishu|dingtalk|web)")
     if session.platform == Session.Platform.FEISHU and session.bot is not None and not _card_running(session):
         # Feishu asks stack on the session's running progress card: a host that reports no progress
         # (no PreToolUse hook) gets one started for its prompt.
         progress_put(session=session, status=ProgressCard.Status.RUNNING, title=prompt.audit.get("host_title", ""),
                      content="等待确认", sender_id=sender_id)
-    outcome = tool_call(agent=agent, session=session, name=TOOL, arguments={"questions": prompt.questions},
-                        sender_id=sender_id, timeout_seconds=timeout_seconds, audit_detail={"host": prompt.audit})
+    if session.platform == Session.Platform.DINGTALK:
+        name, arguments = dingtalk_tool.NAME, dingtalk_form(prompt)
+    else:
+        name, arguments = TOOL, {"questions": prompt.questions}
+    outcome = tool_call(agent=agent, session=session, name=name, arguments=arguments, sender_id=sender_id,
+                        timeout_seconds=timeout_seconds, audit_detail={"host": prompt.audit}, host_prompt=True)
     if outcome.status == "pending":
         assert outcome.ask is not None
         host_waiting(ask_id=outcome.ask.id)
@@ -86,8 +92,11 @@ def host_reply(*, agent: Agent, ask_id: str, prompt: Prompt, decide: Decide, fin
     if ask.status != Ask.Status.ANSWERED:
         return NO_DECISION
     row = ask.respondents.filter(status=Respondent.Status.SUBMITTED).order_by("position").first()
-    answer = Answer(answers=list((ask.result or {}).get("answers") or []),
-                    by=row.respondent_id if row else "", surface=row.surface if row else "")
+    if ask.tool == dingtalk_tool.NAME:
+        answers = answers_from_form(prompt, (row.answers or {}).get("answers") if row is not None else None)
+    else:
+        answers = list((ask.result or {}).get("answers") or [])
+    answer = Answer(answers=answers, by=row.respondent_id if row else "", surface=row.surface if row else "")
     reply = decide(prompt, answer)
     audit(ask, AskEvent.Kind.DELIVERED, ask.status, ask.status, f"agent:{agent.name}", answer.surface,
           {"host": prompt.audit, "decision": _behavior(reply) or "none", "by": answer.by})

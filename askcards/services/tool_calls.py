@@ -63,6 +63,7 @@ def tool_call(
     sender_id: str = "",
     timeout_seconds: int | None = None,
     audit_detail: dict[str, Any] | None = None,
+    host_prompt: bool = False,
 ) -> ToolCallOutcome:
     """Run a model's tool call: validate, reserve, deliver, activate (or fail at once).
 
@@ -74,7 +75,9 @@ def tool_call(
     tool-level outcome the model must see: invalid arguments, a tool this session lacks, no
     surface to ask on. ``timeout_seconds`` sets the deadline of tools that take the call's
     timeout (``Tool.call_timeout``). ``audit_detail`` goes on the ask's "created" audit row (what
-    a host's prompt showed, ``services.hosts``).
+    a host's prompt showed, ``services.hosts``). ``host_prompt``: the ask is an agent host's prompt
+    (``services.hosts``) — its deadline is ``timeout_seconds`` whatever the tool's own rule, and it
+    replaces no older ask (one host may wait on several prompts at once).
     """
     tool = tools.get(name)
     if tool is None:
@@ -115,8 +118,10 @@ def tool_call(
     now = timezone.now()
     quota_check_ask(agent=agent, respondent_ids=respondent_ids, now=now)
     timeout = request.timeout or (
-        timedelta(seconds=timeout_seconds) if timeout_seconds and tool.call_timeout else tool.default_timeout
+        timedelta(seconds=timeout_seconds) if timeout_seconds and (tool.call_timeout or host_prompt)
+        else tool.default_timeout
     )
+    replaces_older = tool.replaces_older and not host_prompt
     bot_id = session.bot.app_id if session.bot else ""
     ask = Ask(
         agent=agent,
@@ -133,7 +138,7 @@ def tool_call(
         target_type=request.target_type or Ask.Target.NONE,
         target_id=request.target_id,
         # The person's asks in this conversation: a newer one replaces the older ones.
-        scope_key=f"{bot_id}:{session.key}:{owner}"[:800] if tool.replaces_older else "",
+        scope_key=f"{bot_id}:{session.key}:{owner}"[:800] if replaces_older else "",
         deadline=now + timeout,
         created_at=now,
     )
@@ -171,7 +176,7 @@ def tool_call(
         outcome = _outcome(ask, created=True)
         outcome.status = "failed"
         return outcome
-    if tool.replaces_older and ask.target_type == Ask.Target.NONE:
+    if replaces_older and ask.target_type == Ask.Target.NONE:
         _replace_older(ask, tool)
     return _outcome(ask, created=True)
 

@@ -417,3 +417,44 @@ async def test_a_prompt_answered_in_the_terminal_leaves_the_panel_once_its_tool_
     ask = await database_sync_to_async(Ask.objects.get)(pk=ask.id)
     assert (ask.status, ask.reason) == ("cancelled", "host_gone")
     assert json.loads((await hook)["body"]) == {}
+
+
+# ------------------------------------------------------------------------- a DingTalk session
+
+DINGTALK_URL = "/hooks/claude-code?session=dingtalk/dm/staff_a&platform=dingtalk&chat_type=p2p&user_id=staff_a"
+
+
+async def _dingtalk_decided(key, event, form):
+    hook = asyncio.ensure_future(_post(DINGTALK_URL, key, event).get_response(timeout=20))
+    ask = await _open_ask()
+    click = await database_sync_to_async(services.dingtalk_click)(ask=ask, user_id="staff_a", action="submit", form=form)
+    assert click.kind != "rejected", click
+    response = await hook
+    assert response["status"] == 200, response["body"]
+    return ask, json.loads(response["body"])
+
+
+async def test_on_dingtalk_a_prompt_is_a_form_and_parallel_prompts_replace_nothing(present):
+    _, key = present
+    first = asyncio.ensure_future(_post(DINGTALK_URL, key, BASH).get_response(timeout=20))
+    ask, denied = await _dingtalk_decided(key, {**BASH, "tool_input": {"command": "make"}},
+                                          {"q0": "o1", "q0_other": "先跑测试"})
+    assert ask.tool == "dingtalk_ask_user_question"
+    assert [f["label"] for f in ask.fields] == ["权限请求", "权限请求 · 其他（可选）"]
+    assert "make" in ask.description
+    decision = denied["hookSpecificOutput"]["decision"]
+    assert decision["behavior"] == "deny" and decision["message"].endswith("先跑测试")
+    # The first prompt is still open (a second prompt replaced nothing) and is answered after.
+    [waiting] = await database_sync_to_async(lambda: list(Ask.objects.filter(status="pending")))()
+    await database_sync_to_async(services.dingtalk_click)(ask=waiting, user_id="staff_a", action="submit",
+                                                          form={"q0": "o0"})
+    allowed = json.loads((await first)["body"])["hookSpecificOutput"]["decision"]
+    assert allowed == {"behavior": "allow", "updatedInput": BASH["tool_input"]}
+
+
+async def test_on_dingtalk_ask_user_question_reads_back_by_question(present):
+    _, key = present
+    event = {**BASH, "tool_name": "AskUserQuestion", "tool_input": {"questions": QUESTIONS}}
+    _, reply = await _dingtalk_decided(key, event, {"q0": "o0", "q1": ["o0", "o2"], "q1_other": "and WeCom"})
+    assert reply["hookSpecificOutput"]["decision"]["updatedInput"]["answers"] == {
+        "Which database should we use?": "PostgreSQL", "Which platforms?": "Feishu, Web, and WeCom"}
