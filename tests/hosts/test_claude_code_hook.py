@@ -424,9 +424,15 @@ async def test_a_prompt_answered_in_the_terminal_leaves_the_panel_once_its_tool_
 DINGTALK_URL = "/hooks/claude-code?session=dingtalk/dm/staff_a&platform=dingtalk&chat_type=p2p&user_id=staff_a"
 
 
-async def _dingtalk_decided(key, event, form):
+async def _dingtalk_decided(key, event, form, *, among=0):
+    """Post ``event``, then answer its ask (the ``among``-th pending one: earlier ones wait too)."""
     hook = asyncio.ensure_future(_post(DINGTALK_URL, key, event).get_response(timeout=20))
-    ask = await _open_ask()
+    for _ in range(100):
+        asks = await database_sync_to_async(lambda: list(Ask.objects.filter(status="pending").order_by("created_at")))()
+        if len(asks) > among:
+            break
+        await asyncio.sleep(0.05)
+    ask = asks[among]
     click = await database_sync_to_async(services.dingtalk_click)(ask=ask, user_id="staff_a", action="submit", form=form)
     assert click.kind != "rejected", click
     response = await hook
@@ -437,8 +443,9 @@ async def _dingtalk_decided(key, event, form):
 async def test_on_dingtalk_a_prompt_is_a_form_and_parallel_prompts_replace_nothing(present):
     _, key = present
     first = asyncio.ensure_future(_post(DINGTALK_URL, key, BASH).get_response(timeout=20))
+    await _open_ask()  # the first prompt is asked
     ask, denied = await _dingtalk_decided(key, {**BASH, "tool_input": {"command": "make"}},
-                                          {"q0": "o1", "q0_other": "先跑测试"})
+                                          {"q0": "o1", "q0_other": "先跑测试"}, among=1)
     assert ask.tool == "dingtalk_ask_user_question"
     assert [f["label"] for f in ask.fields] == ["权限请求", "权限请求 · 其他（可选）"]
     assert "make" in ask.description
