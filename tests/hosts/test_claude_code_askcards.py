@@ -207,3 +207,61 @@ def test_an_mcp_servers_elicitation_is_answered_on_the_panel_and_the_server_gets
     assert f"mcp__{mcp.name}__pick_database".split("__")[-1] in permission["questions"][0]["question"]
     assert [q["header"] for q in form["questions"]] == ["Database", "Reason", "回应"]
     assert mcp.elicit_results == [{"action": "accept", "data": {"database": "PostgreSQL", "reason": ""}}]
+
+
+# ------------------------------------------------------------------------------------- DingTalk
+
+DINGTALK_SEED = """
+import json
+from askcards import services
+bot = services.bot_add(platform="dingtalk", app_id={app_id!r}, app_secret={secret!r}, base_url={base_url!r},
+                       api_secret="callback-api-secret", callback_mode="http")
+agent, key = services.agent_create(name="coder", bots=[bot])
+print(json.dumps({{"key": key}}))
+"""
+
+
+def _dingtalk_submit(base, fake, card, form):
+    from tests.fakes.dingtalk import signed_callback
+
+    import requests
+
+    headers, body = signed_callback("callback-api-secret", out_track_id=card.out_track_id, user_id="staff_a",
+                                    question_id=card.params["question_id"], form=form)
+    response = requests.post(f"{base}/callbacks/dingtalk/{fake.client_id}/", data=body, headers=headers, timeout=5)
+    assert response.status_code == 200, response.text
+
+
+def test_an_elicitation_answered_on_a_dingtalk_card_reaches_the_mcp_server(tmp_path):
+    """The MCP tool's permission, then the server's elicitation, each a DingTalk card answered by
+    staff_a (signed HTTP callbacks, as DingTalk sends them)."""
+    from tests.fakes.dingtalk import FakeDingTalk
+    from tests.hosts.mcp_server import McpServer
+
+    with FakeDingTalk() as fake:
+        seed_code = DINGTALK_SEED.format(app_id=fake.client_id, secret=fake.client_secret, base_url=fake.base_url)
+        env = serving.service_env(tmp_path / "askcards")
+        serving.manage(env, "migrate", "-v0")
+        seed = serving.shell_json(env, seed_code)
+        with serving.serve(env) as base, McpServer() as mcp, \
+                FakeAnthropic([ToolUse(f"mcp__{mcp.name}__pick_database", {}), Text("Done.")]) as api:
+            # DingTalk calls the cards back at the route askcards registers for the bot.
+            serving.manage(env, "askcards_dingtalk_register", "--client-id", fake.client_id,
+                           "--url", f"{base}/callbacks/dingtalk/{fake.client_id}/")
+            query = f"session=dingtalk%2Fdm%2Fstaff_a&platform=dingtalk&chat_type=p2p&user_id=staff_a&bot={fake.client_id}"
+            settings = _settings(base, query, events=("PermissionRequest", "Elicitation"))
+            host = Host(tmp_path, api, settings=settings, env={"ASKCARDS_KEY": seed["key"]})
+            thread, done = _in_background(lambda: host.run_print("Pick a database", args=host.mcp_config(mcp.config())))
+
+            permission = serving.until(lambda: next(iter(fake.cards.values()), None), "the permission card", WAIT)
+            assert "pick_database" in json.dumps(permission.create_body, ensure_ascii=False)
+            _dingtalk_submit(base, fake, permission, {"q0": "o0"})  # 允许
+            form = serving.until(lambda: next((c for c in fake.cards.values() if c is not permission), None),
+                                 "the elicitation card", WAIT)
+            # Database: PostgreSQL; Reason: written in 其他; 回应: 提交.
+            _dingtalk_submit(base, fake, form, {"q0": "o0", "q1": "o0", "q1_other": "关系型", "q2": "o0"})
+            thread.join(timeout=WAIT)
+            assert not thread.is_alive()
+
+    assert done["run"].returncode == 0, done["run"].stderr
+    assert mcp.elicit_results == [{"action": "accept", "data": {"database": "PostgreSQL", "reason": "关系型"}}]
