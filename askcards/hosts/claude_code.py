@@ -25,14 +25,7 @@ from askcards.tools.host_prompts import Answer, HostEventError, Progress, Prompt
 HOST = "Claude Code"
 PERMISSION_REQUEST = "PermissionRequest"
 ASK_USER_QUESTION = "AskUserQuestion"
-# Events Claude Code sends that askcards has nothing to decide on: answered with no decision.
-NO_DECISION = frozenset({
-    "Notification", "PreToolUse", "PostToolUse", "Stop", "SubagentStop", "UserPromptSubmit",
-    "SessionStart", "SessionEnd", "PreCompact",
-})
 AUDIT_INPUT_CHARS = 4000
-
-
 ELICITATION = "Elicitation"
 TOOL_EVENTS = {"PreToolUse": "执行中", "PostToolUse": "已完成", "PostToolUseFailure": "失败"}
 STOP = "Stop"
@@ -62,24 +55,31 @@ def read_event(event: Any) -> Prompt | Progress | None:
         return _elicitation(event, title)
     if name != PERMISSION_REQUEST:
         return None  # Notification, ElicitationResult, SessionStart, …, and events a later Claude Code adds
-    tool_name = event.get("tool_name")
-    tool_input = event.get("tool_input")
-    if not isinstance(tool_name, str) or not tool_name:
-        raise HostEventError("a PermissionRequest event needs tool_name (a string)")
-    if not isinstance(tool_input, dict):
-        raise HostEventError("a PermissionRequest event needs tool_input (an object)")
-    cwd, session_id = _text(event.get("cwd")), _text(event.get("session_id"))
-    audit = {
-        "host": "claude-code", "event": name, "session_id": session_id[:200], "cwd": cwd[:500],
-        "tool_name": tool_name[:200], "tool_input": prompts.excerpt(_json(tool_input), AUDIT_INPUT_CHARS),
-        "host_title": title,
-    }
+    tool_name, tool_input, cwd, session_id, audit = permission_request(event, host="claude-code", title=title)
     if tool_name == ASK_USER_QUESTION:
         return prompts.host_questions(host=HOST, questions=tool_input.get("questions"), cwd=cwd,
                                       session_id=session_id, tool_input=tool_input, audit=audit)
     suggestions = event.get("permission_suggestions")
     return prompts.approval(host=HOST, tool_name=tool_name, tool_input=tool_input, cwd=cwd, session_id=session_id,
                             suggestions=suggestions if isinstance(suggestions, list) else None, audit=audit)
+
+
+def permission_request(event: dict[str, Any], *, host: str, title: str) -> tuple[str, dict[str, Any], str, str, dict[str, Any]]:
+    """A ``PermissionRequest`` event's tool name and input, working directory and session id, and
+    the audit detail of the prompt (Claude Code's and Codex's events share the shape);
+    HostEventError when the tool name or input is missing."""
+    tool_name, tool_input = event.get("tool_name"), event.get("tool_input")
+    if not isinstance(tool_name, str) or not tool_name:
+        raise HostEventError("a PermissionRequest event needs tool_name (a string)")
+    if not isinstance(tool_input, dict):
+        raise HostEventError("a PermissionRequest event needs tool_input (an object)")
+    cwd, session_id = _text(event.get("cwd")), _text(event.get("session_id"))
+    audit = {
+        "host": host, "event": PERMISSION_REQUEST, "session_id": session_id[:200], "cwd": cwd[:500],
+        "tool_name": tool_name[:200], "tool_input": prompts.excerpt(_json(tool_input), AUDIT_INPUT_CHARS),
+        "host_title": title,
+    }
+    return tool_name, tool_input, cwd, session_id, audit
 
 
 def _elicitation(event: dict[str, Any], title: str) -> Prompt | None:

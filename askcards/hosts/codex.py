@@ -32,21 +32,10 @@ def read_event(event: Any) -> Prompt | Progress | None:
         raise HostEventError("the body has no hook_event_name: is this hook's URL meant for another host?")
     if name != claude_code.PERMISSION_REQUEST:
         return None
-    tool_name, tool_input = event.get("tool_name"), event.get("tool_input")
-    if not isinstance(tool_name, str) or not tool_name:
-        raise HostEventError("a PermissionRequest event needs tool_name (a string)")
-    if not isinstance(tool_input, dict):
-        raise HostEventError("a PermissionRequest event needs tool_input (an object)")
-    cwd = event.get("cwd") if isinstance(event.get("cwd"), str) else ""
-    session_id = event.get("session_id") if isinstance(event.get("session_id"), str) else ""
-    audit = {
-        "host": "codex", "event": name, "session_id": str(session_id)[:200], "cwd": str(cwd)[:500],
-        "tool_name": tool_name[:200],
-        "tool_input": prompts.excerpt(claude_code._json(tool_input), claude_code.AUDIT_INPUT_CHARS),
-        "host_title": f"{HOST} · {claude_code._folder(cwd)}",
-    }
-    return prompts.approval(host=HOST, tool_name=tool_name, tool_input=tool_input, cwd=str(cwd),
-                            session_id=str(session_id), suggestions=None, audit=audit)
+    title = f"{HOST} · {claude_code._folder(event.get('cwd'))}"
+    tool_name, tool_input, cwd, session_id, audit = claude_code.permission_request(event, host="codex", title=title)
+    return prompts.approval(host=HOST, tool_name=tool_name, tool_input=tool_input, cwd=cwd,
+                            session_id=session_id, suggestions=None, audit=audit)
 
 
 def decision(prompt: Prompt, answer: Answer) -> dict[str, Any]:

@@ -73,13 +73,13 @@ class HookView(APIView):
         services.quota_check_parked(agent=agent)
         wait = timeout - HOOK_MARGIN_SECONDS
         try:
-            asked = services.host_prompt(agent=agent, session=caller.session, sender_id=caller.sender_id,
-                                         prompt=prompt, timeout_seconds=wait)
+            ask_id = services.host_prompt(agent=agent, session=caller.session, sender_id=caller.sender_id,
+                                          prompt=prompt, timeout_seconds=wait)
         except HostEventError as exc:
             raise InvalidInput(str(exc)) from None
-        if asked.ask_id is None:
+        if ask_id is None:
             return self.no_decision()
-        ask_id, decide = asked.ask_id, self.host.decision
+        decide = self.host.decision
 
         def again(final: bool):
             data = services.host_reply(agent=agent, ask_id=ask_id, prompt=prompt, decide=decide, final=final)

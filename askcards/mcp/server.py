@@ -267,15 +267,14 @@ async def permission_prompt(ctx: ServerRequestContext[Any, Any], caller: Caller,
         timeout = services.DEFAULT_TIMEOUT_SECONDS
     try:
         services.quota_check_parked(agent=caller.agent)
-        asked = await in_pool(services.host_prompt, agent=caller.agent, session=caller.session,
+        ask_id = await in_pool(services.host_prompt, agent=caller.agent, session=caller.session,
                               sender_id=caller.sender_id, prompt=prompt, timeout_seconds=timeout)
     except QuotaExceeded as exc:
         return reply(prompt_tool.refusal(exc.message))
     except (HostEventError, AskcardsError) as exc:
         return reply(prompt_tool.refusal(f"askcards could not ask about this: {exc}"))
-    if asked.ask_id is None:
+    if ask_id is None:
         return reply(prompt_tool.refusal(prompt_tool.NOBODY))
-    ask_id = asked.ask_id
 
     async def keep_waiting() -> None:  # the waiter's lease (services.host_waits_lapsed)
         while True:

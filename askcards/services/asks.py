@@ -183,10 +183,17 @@ def expire_due(*, now: datetime | None = None, limit: int = 200) -> int:
     expired = 0
     for ask in due.order_by("deadline")[:limit]:
         with transaction.atomic():
-            claim = Ask.objects.select_for_update(skip_locked=True).filter(pk=ask.pk, status__in=Ask.OPEN)
-            if list(claim.values_list("pk", flat=True)):
+            if claim_open(ask):
                 expired += ask_expire(ask=ask, now=now)
     return expired
+
+
+def claim_open(ask: Ask) -> bool:
+    """Inside a sweep's transaction: lock this open ask's row for this worker (``SKIP LOCKED`` on
+    PostgreSQL; SQLite's IMMEDIATE transaction serialises); False when another worker holds it or
+    it has ended."""
+    claim = Ask.objects.select_for_update(skip_locked=True).filter(pk=ask.pk, status__in=Ask.OPEN)
+    return bool(list(claim.values_list("pk", flat=True)))
 
 
 def purge_answers(*, now: datetime | None = None) -> int:

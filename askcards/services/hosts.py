@@ -10,7 +10,6 @@ in the ask's audit ("delivered").
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Callable
 
@@ -21,7 +20,7 @@ from askcards.models import Agent, Ask, AskEvent, ProgressCard, Respondent, Sess
 from askcards.tools import dingtalk_ask_user_question as dingtalk_tool
 from askcards.tools.host_prompts import Answer, HostEventError, Progress, Prompt, answers_from_form, dingtalk_form
 
-from .asks import ask_cancel, audit
+from .asks import ask_cancel, audit, claim_open
 from .feishu_progress import progress_put
 from .tool_calls import tool_call
 
@@ -40,18 +39,11 @@ WAITER_LEASE = timedelta(seconds=90)
 WAITER_REFRESH_SECONDS = 30
 
 
-@dataclass
-class HostWait:
-    """A host's prompt asked: the ask the host now waits on, or the reply to give at once."""
-
-    ask_id: str | None
-    reply: dict[str, Any] | None = None
-
-
-def host_prompt(*, agent: Agent, session: Session, sender_id: str, prompt: Prompt, timeout_seconds: int) -> HostWait:
-    """Ask a host's prompt on the session's surfaces for ``timeout_seconds``. Nowhere to ask
-    (no panel open, no card) is no decision: the host shows its own dialog. HostEventError when
-    the prompt is not one the form can hold (the tool's own message)."""
+def host_prompt(*, agent: Agent, session: Session, sender_id: str, prompt: Prompt, timeout_seconds: int) -> str | None:
+    """Ask a host's prompt on the session's surfaces for ``timeout_seconds``: the id of the ask the
+    host now waits on. None when there is nowhere to ask (no panel open, no card): no decision, the
+    host shows its own dialog. HostEventError when the prompt is not one the form can hold (the
+    tool's own message)."""
     if session.platform not in PLATFORMS:
         raise HostEventError(
             f"a {session.platform} session cannot show an agent host's prompts; name a Feishu, DingTalk or web "
@@ -70,12 +62,12 @@ def host_prompt(*, agent: Agent, session: Session, sender_id: str, prompt: Promp
     if outcome.status == "pending":
         assert outcome.ask is not None
         host_waiting(ask_id=outcome.ask.id)
-        return HostWait(outcome.ask.id)
+        return outcome.ask.id
     if outcome.ask is None:  # refused before any ask existed: the host's input is not a form we can show
         raise HostEventError(f"this prompt cannot be shown as a form: {outcome.tool_result}")
     logger.info("host prompt of agent %s not asked (ask %s %s): no decision", agent.name, outcome.ask.id,
                 outcome.ask.reason)
-    return HostWait(None, NO_DECISION)
+    return None
 
 
 def host_reply(*, agent: Agent, ask_id: str, prompt: Prompt, decide: Decide, final: bool) -> dict[str, Any] | None:
@@ -158,9 +150,7 @@ def host_waits_lapsed(*, now: datetime | None = None, limit: int = 200) -> int:
     withdrawn = 0
     for ask in lapsed.order_by("waiter_until")[:limit]:
         with transaction.atomic():
-            claim = Ask.objects.select_for_update(skip_locked=True).filter(pk=ask.pk, status__in=Ask.OPEN)
-            if list(claim.values_list("pk", flat=True)) and ask_cancel(ask=ask, reason=Ask.Reason.HOST_GONE,
-                                                                          actor="system"):
+            if claim_open(ask) and ask_cancel(ask=ask, reason=Ask.Reason.HOST_GONE, actor="system"):
                 logger.info("ask %s withdrawn: its host's waiter is gone (lease lapsed)", ask.id)
                 withdrawn += 1
     return withdrawn
