@@ -270,12 +270,16 @@ async def test_a_waiter_that_died_with_its_process_lets_the_ask_lapse(present, m
     refreshed = (await database_sync_to_async(Ask.objects.get)(pk=ask.id)).waiter_until
     assert refreshed > first  # a live waiter keeps it
 
-    # The process is gone: the lease is let lapse (as 90 s without a refresh would), the worker sweeps.
-    hook.cancel()
+    # The process is gone: nothing refreshes the lease any more (let any refresh in flight finish),
+    # the lease is let lapse (as 90 s without a refresh would), and the worker sweeps.
+    monkeypatch.setattr(services, "host_waiting", lambda **_: None)
+    await asyncio.sleep(0.5)
     await database_sync_to_async(Ask.objects.filter(pk=ask.id).update)(waiter_until=timezone.now() - timedelta(seconds=1))
     assert await database_sync_to_async(Worker().deadlines)() == 1
     ask = await database_sync_to_async(Ask.objects.get)(pk=ask.id)
     assert (ask.status, ask.reason) == ("cancelled", "host_gone")
+    response = await hook  # a request still open (a host that outlived the lease) hears no decision
+    assert (response["status"], json.loads(response["body"])) == (200, {})
 
 
 # ------------------------------------------------------------------------- a Feishu session
