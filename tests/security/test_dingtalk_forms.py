@@ -136,7 +136,9 @@ def test_a_long_text_area_answer_is_accepted_and_reaches_the_agent_whole(
     closed = next(event for event in events if event["type"] == "ask.closed")
     assert f"  - 说明: {LONG}\n" in closed["data"]["ask"]["result"]["message"]
     # The operator sees it whole too.
-    assert LONG in admin_client.get(reverse("admin:askcards_ask_change", args=[ask.pk])).content.decode()
+    page = admin_client.get(reverse("admin:askcards_ask_change", args=[ask.pk]))
+    assert page.status_code == 200, (page.status_code, page.get("Location"))
+    assert LONG in page.content.decode()
     # The card update everyone else sees: each value within DingTalk's budget, the cut marked.
     sync_cards()
     put = fake.cards[details["outTrackId"]].updates[-1]
