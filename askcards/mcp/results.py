@@ -1,4 +1,5 @@
-"""What MCP clients read: an ask as a tool result and as a task (2025-11-25 tasks).
+"""What MCP clients read: an ask as a tool result and as a task (2025-11-25 tasks in the core
+protocol; 2026-07-28 tasks in the ``io.modelcontextprotocol/tasks`` extension).
 
 - A tool result's text content is the REST ``tool_result`` (the string the model reads) and its
   ``structuredContent`` the REST tool call's body ``{status, ask, tool_result}``. Asks that end
@@ -8,6 +9,10 @@
   failed, invalidated → ``completed`` (its result ``isError`` with the reason); cancelled →
   ``cancelled``. The task's result is what the model reads once the ask has ended: the tool
   result of a blocking tool, and for the DingTalk tool (which answers at once) its later message.
+- 2026-07-28 (the extension): the same task and status mapping, its durations named ``ttlMs`` and
+  ``pollIntervalMs``; the task of a ``tools/call`` is flat (``resultType: "task"``), and
+  ``tasks/get`` inlines an ended task's tool result (no ``related-task`` key: the task id is at
+  the root).
 """
 from __future__ import annotations
 
@@ -103,3 +108,29 @@ def task(ask: Ask) -> dict[str, Any]:
         "ttl": ttl_ms(ask),
         "pollInterval": POLL_INTERVAL_MS,
     }
+
+
+def extension_task(ask: Ask) -> dict[str, Any]:
+    """The ask as a 2026-07-28 tasks-extension ``Task``: the 2025-11-25 task, its durations
+    renamed (``ttlMs``, ``pollIntervalMs``: integer milliseconds)."""
+    data = task(ask)
+    data["ttlMs"] = data.pop("ttl")
+    data["pollIntervalMs"] = data.pop("pollInterval")
+    return data
+
+
+def created_task(ask: Ask) -> dict[str, Any]:
+    """A task-augmented ``tools/call``'s ``CreateTaskResult`` (2026-07-28): flat, ``resultType``
+    ``"task"``."""
+    return {"resultType": "task", **extension_task(ask), "_meta": {ASK_ID_META: ask.id}}
+
+
+def detailed_task(ask: Ask) -> dict[str, Any]:
+    """``tasks/get``'s ``DetailedTask`` (2026-07-28): an ended task inlines the tool result it
+    would have returned (without the 2025-11-25 ``related-task`` key)."""
+    data = extension_task(ask)
+    if data["status"] == "completed":
+        result = task_result(ask)
+        result["_meta"].pop(RELATED_TASK_META, None)
+        data["result"] = result
+    return data

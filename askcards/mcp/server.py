@@ -11,6 +11,13 @@
 - Tasks (2025-11-25): a ``tools/call`` with ``params.task`` answers at once with the ask as a
   working task; ``tasks/get``, ``tasks/result``, ``tasks/cancel`` and ``tasks/list`` read the
   database, so any process answers them, across restarts, for the calling agent only.
+- Tasks (2026-07-28, the ``io.modelcontextprotocol/tasks`` extension, advertised under
+  ``capabilities.extensions``): the server decides, so a ``tools/call`` that makes an ask answers
+  with its task (``resultType: "task"``) whenever the request's ``_meta`` client capabilities
+  declare the extension, once the ask row is committed. ``tasks/get`` (the ended task's result
+  inline), ``tasks/update`` and ``tasks/cancel`` (acknowledgements) read and write the database
+  like the 2025-11-25 ones; a request that does not declare the extension gets -32021 for them,
+  and ``tasks/result`` / ``tasks/list`` (gone from this revision) are -32601.
 
 Every request is served statelessly (the SDK's stateless Streamable HTTP mode, and the
 2026-07-28 revision, which is stateless by design): the agent comes from the Bearer key and the
@@ -36,7 +43,8 @@ from django.utils.dateparse import parse_datetime
 from mcp.server.context import CallNext, ServerRequestContext
 from mcp.server.lowlevel.server import Server
 from mcp.shared.exceptions import MCPError
-from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
+from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND, MISSING_REQUIRED_CLIENT_CAPABILITY
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
 from askcards import events, selectors, services, tools
@@ -55,6 +63,10 @@ PROGRESS_SECONDS = 10  # progress notifications while a call waits (at least eve
 DEADLINE_GRACE_SECONDS = 30  # the worker expires an ask within ~2 s of its deadline; wait this long past it
 TASKS_PAGE_SIZE = 50
 TASKS_VERSION = "2025-11-25"  # the protocol revision whose core carries tasks
+TASKS_EXTENSION = "io.modelcontextprotocol/tasks"  # where tasks live from 2026-07-28 on
+CLIENT_CAPABILITIES_META = "io.modelcontextprotocol/clientCapabilities"
+EXTENSION_TASK_METHODS = frozenset({"tasks/get", "tasks/update", "tasks/cancel"})
+CORE_ONLY_TASK_METHODS = frozenset({"tasks/result", "tasks/list"})  # 2025-11-25 only
 CANCEL_HANDLING_SECONDS = 10
 QUOTA_EXCEEDED = -32000  # JSON-RPC's implementation-defined server errors: a quota of the agent's is used up
 CANCEL = "askcards.mcp_cancel"  # channel-layer message: notifications/cancelled for a parked call
@@ -94,6 +106,8 @@ def build_server() -> AskcardsServer:
     server.add_request_handler("tasks/result", types.GetTaskPayloadRequestParams, tasks_result)
     server.add_request_handler("tasks/cancel", types.CancelTaskRequestParams, tasks_cancel)
     server.add_request_handler("tasks/list", types.PaginatedRequestParams, tasks_list)
+    server.add_request_handler("tasks/update", types.RequestParams, tasks_update)
+    server.extensions[TASKS_EXTENSION] = {}
     server.add_notification_handler("notifications/cancelled", types.CancelledNotificationParams, cancelled)
     server.middleware.append(with_caller)
     return server
@@ -147,11 +161,50 @@ async def _serve_caller(ctx: ServerRequestContext[Any, Any], call_next: CallNext
     token = _caller.set(caller)
     try:
         params = ctx.params or {}
-        if ctx.method == "tools/call" and isinstance(params.get("task"), dict) and ctx.protocol_version == TASKS_VERSION:
-            return await call_as_task(ctx, caller, params)
+        if ctx.method == "tools/call":
+            if ctx.protocol_version == TASKS_VERSION and isinstance(params.get("task"), dict):
+                return await call_as_task(ctx, caller, params)
+            # The permission prompt stays a blocking call: its host waits on it for the decision.
+            if declares_tasks(ctx) and not (caller.permission_prompt and params.get("name") == prompt_tool.NAME):
+                return await call_as_task(ctx, caller, params, extension=True)
+        elif ctx.method in EXTENSION_TASK_METHODS | CORE_ONLY_TASK_METHODS | {"tasks/update"}:
+            _check_task_method(ctx)
         return await call_next(ctx)
     finally:
         _caller.reset(token)
+
+
+def modern(ctx: ServerRequestContext[Any, Any]) -> bool:
+    return ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
+
+
+def declares_tasks(ctx: ServerRequestContext[Any, Any]) -> bool:
+    """Whether this 2026-07-28 request's own client capabilities (``_meta``) declare the tasks
+    extension: the only thing that lets the server answer it with a task."""
+    if not modern(ctx):
+        return False
+    meta = (ctx.params or {}).get("_meta") or {}
+    capabilities = meta.get(CLIENT_CAPABILITIES_META) if isinstance(meta, Mapping) else None
+    extensions = capabilities.get("extensions") if isinstance(capabilities, Mapping) else None
+    return isinstance(extensions, Mapping) and isinstance(extensions.get(TASKS_EXTENSION), Mapping)
+
+
+def _check_task_method(ctx: ServerRequestContext[Any, Any]) -> None:
+    """Which task methods each revision has: 2025-11-25 its core four (no ``tasks/update``);
+    2026-07-28 the extension's three, and only for a request that declares the extension."""
+    if not modern(ctx):
+        if ctx.method == "tasks/update":
+            raise MCPError(code=METHOD_NOT_FOUND, message="Method not found: tasks/update is the 2026-07-28 tasks extension's")
+        return
+    if ctx.method in CORE_ONLY_TASK_METHODS:
+        raise MCPError(code=METHOD_NOT_FOUND, message=f"Method not found: {ctx.method} is not in the 2026-07-28 tasks extension")
+    if not declares_tasks(ctx):
+        raise MCPError(
+            code=MISSING_REQUIRED_CLIENT_CAPABILITY,
+            message=f"Missing required client capability: declare the {TASKS_EXTENSION} extension in this request's "
+                    f"_meta[{CLIENT_CAPABILITIES_META!r}] to use {ctx.method}",
+            data={"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}},
+        )
 
 
 # ---------------------------------------------------------------------------------------- tools
@@ -296,18 +349,25 @@ async def permission_prompt(ctx: ServerRequestContext[Any, Any], caller: Caller,
     return reply(decided or prompt_tool.refusal(prompt_tool.UNANSWERED))
 
 
-async def call_as_task(ctx: ServerRequestContext[Any, Any], caller: Caller, raw: Mapping[str, Any]) -> dict[str, Any]:
-    """A task-augmented ``tools/call``: the ask is created as usual and returned at once as a
-    working task (a call that creates no ask, like DingTalk's ``list``, answers directly)."""
+async def call_as_task(ctx: ServerRequestContext[Any, Any], caller: Caller, raw: Mapping[str, Any], *,
+                       extension: bool = False) -> Any:
+    """A task-augmented ``tools/call``: the ask is created as usual (committed before this
+    returns, so a ``tasks/get`` on any process finds it) and returned at once as a working task.
+    A call that creates no ask (DingTalk's ``list``, a refusal) answers directly."""
     try:
         params = types.CallToolRequestParams.model_validate(raw, by_name=False)
     except ValidationError:
         raise _invalid("invalid tools/call params: expected {name, arguments?, task: {ttl?}}") from None
     outcome = await _run(ctx, caller, params.name, params.arguments)
     if outcome.ask is None:
+        if extension:
+            return _call_result(outcome.status, outcome.tool_result, None)
         return results.tool_result(outcome.status, outcome.tool_result, None)
-    task = await in_pool(_task_of, caller.agent, outcome.ask.id)
-    return {"task": task, "_meta": {results.ASK_ID_META: outcome.ask.id}}
+    ask = await in_pool(_read, caller.agent, outcome.ask.id)
+    if extension:
+        return results.created_task(ask)
+    return {"task": results.task(ask), "_meta": {results.ASK_ID_META: outcome.ask.id}}
+
 
 
 # ---------------------------------------------------------------------------------------- waiting
@@ -319,10 +379,6 @@ def _read(agent: Agent, ask_id: str) -> Ask:
     ask = selectors.ask_get(agent=agent, ask_id=ask_id)
     prefetch_related_objects([ask], "respondents")
     return ask
-
-
-def _task_of(agent: Agent, ask_id: str) -> dict[str, Any]:
-    return results.task(_read(agent, ask_id))
 
 
 def cancel_group(caller: Caller, request_id: Any) -> str:
@@ -391,7 +447,26 @@ async def _task_ask(task_id: str) -> Ask:
 
 
 async def tasks_get(ctx: ServerRequestContext[Any, Any], params: types.GetTaskRequestParams) -> dict[str, Any]:
-    return results.task(await _task_ask(params.task_id))
+    ask = await _task_ask(params.task_id)
+    if not modern(ctx):
+        return results.task(ask)
+    detailed = results.detailed_task(ask)
+    if "result" in detailed:  # the result handed over inline: it counts as delivered
+        await in_pool(services.ask_result_returned, ask=ask)
+    return detailed
+
+
+async def tasks_update(ctx: ServerRequestContext[Any, Any], params: types.RequestParams) -> dict[str, Any]:
+    """``tasks/update`` (2026-07-28): responses to a task's outstanding input requests. askcards'
+    tasks ask nothing of the client, so every response is to a key not outstanding, which the
+    extension says to ignore; the task must still be one of this agent's."""
+    task_id = (ctx.params or {}).get("taskId")
+    if not isinstance(task_id, str):
+        raise _invalid("tasks/update needs params.taskId (a string) and params.inputResponses (an object)")
+    if not isinstance((ctx.params or {}).get("inputResponses"), Mapping):
+        raise _invalid("tasks/update needs params.inputResponses (an object keyed by input request)")
+    await _task_ask(task_id)
+    return {}
 
 
 async def tasks_result(ctx: ServerRequestContext[Any, Any], params: types.GetTaskPayloadRequestParams) -> dict[str, Any]:
@@ -419,6 +494,8 @@ async def tasks_cancel(ctx: ServerRequestContext[Any, Any], params: types.Cancel
     caller = _caller.get()
     ask = await _task_ask(params.task_id)
     cancelled_now = await in_pool(services.ask_cancel, ask=ask, reason=Ask.Reason.BY_AGENT, actor=f"agent:{caller.agent.name}")
+    if modern(ctx):
+        return {}  # the extension's cancel is an acknowledgement, whether or not the task had ended
     ask = await _task_ask(params.task_id)
     if not cancelled_now:
         raise _invalid(f"task {ask.id} has already ended ({ask.status}, {ask.reason}); nothing was cancelled")

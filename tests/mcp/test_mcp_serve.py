@@ -4,7 +4,8 @@ One seeded server serves the module (``served``); each test names its own sessio
 and its own question text, so what one test leaves behind (an ask still pending on alice's
 panel) never answers another's wait. Where both apply, a test runs in both eras: the initialize
 handshake (``legacy``, negotiating 2025-11-25) and the stateless 2026-07-28 revision. Tasks
-exist on the 2025-11-25 wire only.
+are in the core of 2025-11-25 and in the ``io.modelcontextprotocol/tasks`` extension on
+2026-07-28 (a client declares it: ``tasks_client``).
 
 Requests the SDK client has no typed method for (``tasks/*``, a task-augmented ``tools/call``,
 an unknown method) go through the client's own dispatcher, stamped as the client stamps its own
@@ -23,7 +24,7 @@ import mcp_types as types
 import pytest
 import requests
 from mcp import Client
-from mcp.client.extension import ClientExtension, NotificationBinding
+from mcp.client.extension import ClientExtension, NotificationBinding, advertise
 from mcp.shared.exceptions import MCPError
 
 from tests import serving
@@ -33,6 +34,7 @@ MODES = ["legacy", "2026-07-28"]
 CALL_ID = "io.askcards/call_id"
 TIMEOUT_SECONDS = "io.askcards/timeout_seconds"
 RELATED_TASK = "io.modelcontextprotocol/related-task"
+TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 TIMEOUT_TEXT = "用户未在规定时间内作答"  # what the model reads when nobody answered in time
 CANCELLED_TEXT = "提问已取消"
 INVALID_ARGUMENTS_TEXT = "参数无效"
@@ -215,6 +217,27 @@ async def create_task(mcp: Client, qs: list[dict], **meta: Any) -> types.Task:
 
 async def get_task(mcp: Client, task_id: str) -> types.GetTaskResult:
     return types.GetTaskResult.model_validate(await send(mcp, "tasks/get", {"taskId": task_id}))
+
+
+def tasks_client(base: str, key: str, query: str):
+    """A 2026-07-28 client declaring the tasks extension: the SDK stamps its capabilities, with
+    the extension, into every request's ``_meta``."""
+    return support.client(base, key, query, mode="2026-07-28", extensions=[advertise(TASKS_EXTENSION)])
+
+
+async def create_extension_task(mcp: Client, qs: list[dict]) -> dict[str, Any]:
+    """A plain ``tools/call``: with the extension declared, the server answers it with a task."""
+    return await send(mcp, "tools/call", {"name": "ask_user_questions", "arguments": {"questions": qs}})
+
+
+async def extension_task_ended(mcp: Client, task_id: str) -> dict[str, Any]:
+    """``tasks/get`` polled (bounded) until the task is no longer working."""
+    for _ in range(int(support.TIMEOUT / 0.2)):
+        task = await send(mcp, "tasks/get", {"taskId": task_id})
+        if task["status"] not in ("working", "input_required"):
+            return task
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"task {task_id} still working after {support.TIMEOUT} s")
 
 
 # ---------------------------------------------------------------------------------- tools/list
@@ -509,32 +532,88 @@ def test_task_past_its_deadline_completes_with_an_error(served):
     assert ended.status == "completed" and TIMEOUT_TEXT in ended.status_message
 
 
-def test_task_polled_across_a_restart(tmp_path):
+def test_extension_task_answered_on_the_panel(served):
+    """2026-07-28: the task comes back at once, is polled with tasks/get, and hands over the
+    panel's answer inline; a non-declaring client of the same wire gets -32021 for it."""
+    qs = questions("extension task answered")
+
+    async def scenario():
+        async with panel(served.base, served.cookie) as alice, tasks_client(
+            served.base, served.key, web_session("mcp-ext-task")
+        ) as mcp:
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            task = await create_extension_task(mcp, qs)
+            created_in = loop.time() - started
+            shown = await alice.shown(qs)
+            working = await send(mcp, "tasks/get", {"taskId": task["taskId"]})
+            async with support.client(served.base, served.key, web_session("mcp-ext-task"), mode="2026-07-28") as plain:
+                with pytest.raises(MCPError) as undeclared:
+                    await send(plain, "tasks/get", {"taskId": task["taskId"]})
+            await alice.answer(shown, "SQLite")
+            completed = await extension_task_ended(mcp, task["taskId"])
+            cancel_ended = await send(mcp, "tasks/cancel", {"taskId": task["taskId"]})
+        return task, created_in, shown, working, undeclared.value, completed, cancel_ended
+
+    task, created_in, shown, working, undeclared, completed, cancel_ended = run(scenario())
+    assert created_in < 5, "the task answers at once"
+    assert (task["resultType"], task["status"], task["pollIntervalMs"]) == ("task", "working", 5000)
+    assert task["taskId"] == shown["requestId"] and task["ttlMs"] > 0 and "ttl" not in task
+    assert working["status"] == "working"
+    assert undeclared.code == -32021
+    assert completed["status"] == "completed"
+    result = types.CallToolResult.model_validate(completed["result"])
+    assert result.is_error is False and json.loads(result.content[0].text) == answers(qs, "SQLite")
+    assert RELATED_TASK not in completed["result"]["_meta"]
+    assert cancel_ended["resultType"] == "complete"  # acknowledged; the answer stands
+    assert rest_ask_status(served, task["taskId"]) == "answered"
+
+
+def rest_ask_status(served: Served, ask_id: str) -> str:
+    response = rest(served, "GET", f"asks/{ask_id}")
+    assert response.status_code == 200, response.text
+    return response.json()["status"]
+
+
+@pytest.mark.parametrize("era", MODES)
+def test_task_polled_across_a_restart(tmp_path, era):
     """A task outlives the process that created it: a new process on the same data serves
-    tasks/get, shows the ask on the panel and hands over the answer."""
+    tasks/get, shows the ask on the panel and hands over the answer (2025-11-25: tasks/result;
+    2026-07-28: inline in tasks/get)."""
     env = serving.service_env(tmp_path)
     serving.manage(env, "migrate", "-v0")
     seed = serving.shell_json(env, support.SEED)
-    qs = questions("task restart")
-    query = web_session("mcp-task-restart")
+    qs = questions(f"task restart {era}")
+    query = web_session(f"mcp-task-restart-{era}")
+
+    def connect(base: str):
+        return support.client(base, seed["key"], query, mode="legacy") if era == "legacy" else tasks_client(base, seed["key"], query)
 
     async def create(base: str, cookie: str) -> str:
-        async with panel(base, cookie) as alice, support.client(base, seed["key"], query, mode="legacy") as mcp:
-            task = await create_task(mcp, qs)
+        async with panel(base, cookie) as alice, connect(base) as mcp:
+            if era == "legacy":
+                task_id = (await create_task(mcp, qs)).task_id
+            else:
+                task_id = (await create_extension_task(mcp, qs))["taskId"]
             await alice.shown(qs)
-            assert (await get_task(mcp, task.task_id)).status == "working"
-        return task.task_id
+            assert (await send(mcp, "tasks/get", {"taskId": task_id}))["status"] == "working"
+        return task_id
 
     async def finish(base: str, cookie: str, task_id: str):
-        async with support.client(base, seed["key"], query, mode="legacy") as mcp:
-            working = await get_task(mcp, task_id)
-        async with panel(base, cookie) as alice, support.client(base, seed["key"], query, mode="legacy") as mcp:
+        async with connect(base) as mcp:
+            working = await send(mcp, "tasks/get", {"taskId": task_id})
+        async with panel(base, cookie) as alice, connect(base) as mcp:
             shown = await alice.shown(qs)
-            result = asyncio.create_task(send(mcp, "tasks/result", {"taskId": task_id}))
-            await alice.answer(shown, "SQLite")
-            result = types.CallToolResult.model_validate(await asyncio.wait_for(result, support.TIMEOUT))
-            completed = await get_task(mcp, task_id)
-        return working, shown, result, completed
+            if era == "legacy":
+                result = asyncio.create_task(send(mcp, "tasks/result", {"taskId": task_id}))
+                await alice.answer(shown, "SQLite")
+                result = await asyncio.wait_for(result, support.TIMEOUT)
+                completed = await send(mcp, "tasks/get", {"taskId": task_id})
+            else:
+                await alice.answer(shown, "SQLite")
+                completed = await extension_task_ended(mcp, task_id)
+                result = completed["result"]
+        return working, shown, types.CallToolResult.model_validate(result), completed
 
     for name in ("first", "second"):
         (tmp_path / name).mkdir()
@@ -542,10 +621,10 @@ def test_task_polled_across_a_restart(tmp_path):
         task_id = run(create(base, support.login_cookie(base)))
     with serving.serve(env, "--no-migrate", log_dir=tmp_path / "second") as base:
         working, shown, result, completed = run(finish(base, support.login_cookie(base), task_id))
-    assert working.status == "working"
+    assert working["status"] == "working"
     assert shown["requestId"] == task_id
     assert result.is_error is False and json.loads(result.content[0].text) == answers(qs, "SQLite")
-    assert completed.status == "completed"
+    assert completed["status"] == "completed"
 
 
 # -------------------------------------------------------------------------------------- bad input

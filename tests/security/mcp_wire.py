@@ -32,7 +32,8 @@ def headers(key: str | None = None, *, version: str | None = LEGACY, origin: str
 
 def request(method: str, params: dict | None = None, *, id=1, era: str = LEGACY) -> tuple[dict, list]:
     """A well-formed JSON-RPC request of ``era`` and the per-request headers that era wants
-    (2026-07-28: the ``_meta`` envelope, ``Mcp-Method`` and, for tools/call, ``Mcp-Name``)."""
+    (2026-07-28: the ``_meta`` envelope, ``Mcp-Method`` and, for tools/call and tasks/*,
+    ``Mcp-Name``)."""
     params = dict(params or {})
     extra = []
     if era == MODERN:
@@ -42,8 +43,9 @@ def request(method: str, params: dict | None = None, *, id=1, era: str = LEGACY)
         params["_meta"] = meta
         if method.isascii():  # header values are bytes; others go without (the SDK then says they mismatch)
             extra.append(("mcp-method", method))
-        if method == "tools/call" and isinstance(params.get("name"), str) and params["name"].isascii():
-            extra.append(("mcp-name", params["name"]))
+        name = params.get("name") if method == "tools/call" else params.get("taskId") if method.startswith("tasks/") else None
+        if isinstance(name, str) and name.isascii():  # the tasks extension routes tasks/* by their task id
+            extra.append(("mcp-name", name))
     message = {"jsonrpc": "2.0", "id": id, "method": method}
     if params:
         message["params"] = params
