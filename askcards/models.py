@@ -280,6 +280,7 @@ class Ask(models.Model):
         SESSION_CANCELLED = "session_cancelled"
         PAUSE_FAILED = "pause_failed"
         HOST_GONE = "host_gone"  # an agent host stopped waiting for its prompt (askcards.hosts)
+        CALLER_GONE = "caller_gone"  # an MCP client left a blocking call and did not come back for it
         TIMEOUT = "timeout"
         SUPERSEDED_BY_QUESTION = "superseded_by_question"
         SUPERSEDED_BY_MESSAGE = "superseded_by_message"
@@ -303,6 +304,7 @@ class Ask(models.Model):
             Reason.SESSION_CANCELLED,
             Reason.PAUSE_FAILED,
             Reason.HOST_GONE,
+            Reason.CALLER_GONE,
         ),
         Status.EXPIRED: (Reason.TIMEOUT,),
         Status.INVALIDATED: (Reason.SUPERSEDED_BY_QUESTION, Reason.SUPERSEDED_BY_MESSAGE, Reason.RESTART),
@@ -333,9 +335,10 @@ class Ask(models.Model):
     status = models.CharField(max_length=12, choices=Status.choices, default=Status.RESERVED)
     reason = models.CharField(max_length=24, choices=Reason.choices, blank=True)
     deadline = models.DateTimeField()
-    # An agent host's prompt (askcards.hosts): its waiter is alive until then, and refreshes this
-    # while it waits. A process that died with its waiters leaves it to lapse; the worker then
-    # withdraws the ask (host_gone), so nobody answers a prompt whose host is no longer listening.
+    # An ask someone waits on in person (an agent host's prompt, a blocking MCP call): its waiter
+    # is alive until then (services.waiters). A waiter that left, or a process that died with its
+    # waiters, lets it lapse; the worker then withdraws the ask (host_gone / caller_gone), so
+    # nobody answers into a void. Null: the result is read later (REST, tasks, webhook, feed).
     waiter_until = models.DateTimeField(null=True, blank=True)
     # Set once terminal: answers (ask_user_questions) / responses (DingTalk), tool_result, message.
     result = models.JSONField(null=True, blank=True)
@@ -363,7 +366,7 @@ class Ask(models.Model):
                         | Q(
                             status="cancelled",
                             reason__in=["by_respondent", "by_agent", "by_operator", "session_cancelled", "pause_failed",
-                                       "host_gone"],
+                                       "host_gone", "caller_gone"],
                         )
                         | Q(status="expired", reason="timeout")
                         | Q(

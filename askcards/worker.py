@@ -130,7 +130,7 @@ class Worker:
     # Each lane: one pass, returns the work it found. Connections are closed after every pass.
     def deadlines(self) -> int:
         now = timezone.now()
-        return services.expire_due(now=now) + services.host_waits_lapsed(now=now)
+        return services.expire_due(now=now) + services.waits_lapsed(now=now)
 
     def deliveries(self) -> int:
         undeliverable: list[str] = []

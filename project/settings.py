@@ -347,6 +347,10 @@ ASKCARDS_QUOTA_ASK_BURST = envint("ASKCARDS_QUOTA_ASK_BURST", 200)
 # Asks one panel socket shows at once (the oldest); the rest are counted (「还有 N 个问题等待回答」)
 # and come in as those on the page end. surfaces/web.py.
 ASKCARDS_PANEL_PAGE = envint("ASKCARDS_PANEL_PAGE", 20, minimum=1, maximum=10_000)
+# How long the ask of a blocking MCP call stays answerable after its client went away, for a re-call
+# with the same call_id or a task read to take it back; then it is cancelled (caller_gone).
+# services/waiters.py.
+ASKCARDS_MCP_CALLER_GRACE_SECONDS = envint("ASKCARDS_MCP_CALLER_GRACE_SECONDS", 60, minimum=1, maximum=86_400)
 # Pruning: ids per DELETE (each its own short transaction), and DELETE windows per housekeeping pass.
 ASKCARDS_PRUNE_BATCH = envint("ASKCARDS_PRUNE_BATCH", 2000, minimum=1, maximum=10_000)
 ASKCARDS_PRUNE_BATCHES_PER_PASS = envint("ASKCARDS_PRUNE_BATCHES_PER_PASS", 50, minimum=1)

@@ -12,6 +12,7 @@ WSGI server the same views answer at once with the current state (no waiting).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass
 from io import BytesIO
 from typing import Any, Callable
@@ -24,6 +25,8 @@ from rest_framework.response import Response
 from askcards import edge, events, metrics, services
 from askcards.db import in_pool
 
+from .leases import KEEPER
+
 
 @dataclass
 class LongPoll:
@@ -35,9 +38,8 @@ class LongPoll:
     agent_id: int  # whose wait it is (the agent's parked-waits quota counts it while it waits)
     # Run (in the pool) when the client goes away before the answer: what it waited for is withdrawn.
     leave: Callable[[], None] | None = None
-    # Run (in the pool) every ``refresh_seconds`` while it waits: the waiter says it is alive.
-    refresh: Callable[[], None] | None = None
-    refresh_seconds: float = 30.0
+    # The ask whose lease (services.waiters) this waiter holds while it is parked.
+    lease: str | None = None
 
 
 class LongPollResponse(Response):
@@ -181,26 +183,21 @@ class LongPollApp:
             async with events.Subscription("long-poll") as subscription:
                 for group in poll.groups:
                     await subscription.add(group)
-                next_refresh = loop.time() + poll.refresh_seconds
-                while True:
-                    # Read after subscribing (the state may have changed since the view's read), and
-                    # again after every wake or re-read the subscription asks for.
-                    data = await _in_pool(poll.again, False)
-                    if data is not None:
-                        return _json(data)
-                    remaining = deadline - loop.time()
-                    if remaining <= 0:
-                        break
-                    if poll.refresh is not None:
-                        remaining = max(0.0, min(remaining, next_refresh - loop.time()))
-                    await subscription.receive(remaining, stop=disconnect)
-                    if disconnect.done():
-                        return None
-                    if poll.refresh is not None and loop.time() >= next_refresh:
-                        await _in_pool(poll.refresh)
-                        next_refresh = loop.time() + poll.refresh_seconds
-                    if loop.time() >= deadline:
-                        break
+                with KEEPER.holding(poll.lease) if poll.lease else contextlib.nullcontext():
+                    while True:
+                        # Read after subscribing (the state may have changed since the view's read),
+                        # and again after every wake or re-read the subscription asks for.
+                        data = await _in_pool(poll.again, False)
+                        if data is not None:
+                            return _json(data)
+                        remaining = deadline - loop.time()
+                        if remaining <= 0:
+                            break
+                        await subscription.receive(remaining, stop=disconnect)
+                        if disconnect.done():
+                            return None
+                        if loop.time() >= deadline:
+                            break
             return _json(await _in_pool(poll.again, True))
         finally:
             if not disconnect.done():

@@ -88,8 +88,7 @@ class HookView(APIView):
         response = LongPollResponse(later=lambda: _data(again(True)))
         response.long_poll = LongPoll(groups=[events.ask_group(ask_id)], timeout=wait, again=again,
                                       agent_id=agent.pk, leave=lambda: services.host_left(agent=agent, ask_id=ask_id),
-                                      refresh=lambda: services.host_waiting(ask_id=ask_id),
-                                      refresh_seconds=services.WAITER_REFRESH_SECONDS)
+                                      lease=ask_id)
         return response
 
 

@@ -159,6 +159,11 @@ async def serve_parked(server, security: TransportSecuritySettings, lifespan_sta
                 return True
             await start_stream()
             await send({"type": "http.response.body", "body": b": ping\r\n\r\n", "more_body": True})
+    except asyncio.CancelledError:  # the request itself cancelled (the server closing it): so is its handler
+        handler.cancel()
+        with suppress(asyncio.CancelledError, Exception):
+            await handler
+        raise
     finally:
         gone.cancel()
     try:

@@ -48,6 +48,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
 from askcards import events, selectors, services, tools
+from askcards.api.leases import KEEPER
 from askcards.db import in_pool
 from askcards.errors import AskcardsError, NotFound, QuotaExceeded
 from askcards.hosts import prompt_tool
@@ -286,7 +287,7 @@ async def call_tool(ctx: ServerRequestContext[Any, Any], params: types.CallToolR
         if outcome.ask is None:
             return _call_result(outcome.status, outcome.tool_result, None)
         if outcome.ask.is_open and outcome.ask.blocking:
-            ask = await _park(ctx, caller, outcome.ask.id, subscription)
+            ask = await _park(ctx, caller, outcome.ask.id, subscription, lease=True)
             if ask.is_open:
                 text = (
                     f"the ask {ask.id} is still open past its deadline (is the askcards worker running?); "
@@ -329,21 +330,14 @@ async def permission_prompt(ctx: ServerRequestContext[Any, Any], caller: Caller,
     if ask_id is None:
         return reply(prompt_tool.refusal(prompt_tool.NOBODY))
 
-    async def keep_waiting() -> None:  # the waiter's lease (services.host_waits_lapsed)
-        while True:
-            await asyncio.sleep(services.WAITER_REFRESH_SECONDS)
-            await in_pool(services.host_waiting, ask_id=ask_id)
-
-    lease = asyncio.ensure_future(keep_waiting())
     try:
-        async with events.Subscription("MCP call") as subscription:
-            await _park(ctx, caller, ask_id, subscription)
+        with KEEPER.holding(ask_id):  # the host's lease on it (services.waiters)
+            async with events.Subscription("MCP call") as subscription:
+                await _park(ctx, caller, ask_id, subscription)
     except BaseException:  # the client went away (its request cancelled): nobody answers into a void
         with anyio.CancelScope(shield=True):
             await in_pool(services.host_left, agent=caller.agent, ask_id=ask_id)
         raise
-    finally:
-        lease.cancel()
     decided = await in_pool(services.host_reply, agent=caller.agent, ask_id=ask_id, prompt=prompt,
                             decide=prompt_tool.decision, final=True)
     return reply(decided or prompt_tool.refusal(prompt_tool.UNANSWERED))
@@ -389,21 +383,42 @@ def cancel_group(caller: Caller, request_id: Any) -> str:
     return f"askcards.mcp.{caller.agent.pk}.{digest}"
 
 
-async def _park(ctx: ServerRequestContext[Any, Any], caller: Caller, ask_id: str, subscription: events.Subscription) -> Ask:
+async def _park(ctx: ServerRequestContext[Any, Any], caller: Caller, ask_id: str, subscription: events.Subscription,
+                *, lease: bool = False) -> Ask:
     """Wait until the ask ends or its deadline (plus grace) passes; returns it as it is then.
 
     Parked on the channel layer (the ask's group, and the cancel group the caller may have added):
     woken by the ask's changes, it re-reads the ask in the pool; sends progress meanwhile. While
     the layer is down it re-reads every ``events.LAYER_RETRY_SECONDS`` instead (the subscription's
-    ``REREAD``), as the REST long-polls do. A cancelled handler (the client went away) leaves the
-    ask as it is."""
+    ``REREAD``), as the REST long-polls do.
+
+    A blocking ``tools/call`` (``lease``) holds the ask's lease while it waits
+    (``services.waiters``). When its handler is cancelled (the client went away) the lease runs
+    the grace period: a re-call with the same ``call_id`` or a task read takes it back, else the
+    worker cancels the ask (``caller_gone``). Without a lease (``tasks/result``) a cancelled
+    handler leaves the ask as it is: a task is read later by design."""
     with services.parked_wait(caller.agent.pk):
-        return await _parked(ctx, caller, ask_id, subscription)
+        if not lease:
+            return await _parked(ctx, caller, ask_id, subscription, lease=False)
+        try:
+            with KEEPER.holding(ask_id):
+                return await _parked(ctx, caller, ask_id, subscription, lease=True)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await in_pool(services.caller_left, ask_id=ask_id)
+            raise
 
 
-async def _parked(ctx: ServerRequestContext[Any, Any], caller: Caller, ask_id: str, subscription: events.Subscription) -> Ask:
+def _leased_read(agent: Agent, ask_id: str) -> Ask:
+    services.waiter_parked(ask_id=ask_id)
+    return _read(agent, ask_id)
+
+
+async def _parked(ctx: ServerRequestContext[Any, Any], caller: Caller, ask_id: str, subscription: events.Subscription,
+                  *, lease: bool) -> Ask:
     await subscription.add(events.ask_group(ask_id))
-    ask = await in_pool(_read, caller.agent, ask_id)  # after subscribing: no change can slip by
+    # After subscribing: no change can slip by.
+    ask = await in_pool(_leased_read if lease else _read, caller.agent, ask_id)
     loop = asyncio.get_running_loop()
     give_up = loop.time() + max(0.0, (ask.deadline - timezone.now()).total_seconds()) + DEADLINE_GRACE_SECONDS
     total = max(1.0, (ask.deadline - ask.created_at).total_seconds())
@@ -439,9 +454,17 @@ async def cancelled(ctx: ServerRequestContext[Any, Any], params: types.Cancelled
 # ------------------------------------------------------------------------------------------ tasks
 
 
+def _polled(agent: Agent, task_id: str) -> Ask:
+    """The ask a task request names; a client reading it as a task is there for it (a blocking
+    call's lease, if it has one, runs on: ``services.caller_polled``)."""
+    ask = _read(agent, task_id)
+    services.caller_polled(ask=ask)
+    return ask
+
+
 async def _task_ask(task_id: str) -> Ask:
     try:
-        return await in_pool(_read, _caller.get().agent, task_id)
+        return await in_pool(_polled, _caller.get().agent, task_id)
     except NotFound:
         raise _invalid(f"no task {task_id!r} (a task id is the id of one of this agent's asks, like q_<32 hex>)") from None
 

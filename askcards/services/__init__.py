@@ -64,7 +64,15 @@ from .sessions import (
     session_recover,
     session_upsert,
 )
-from .hosts import NO_DECISION, WAITER_REFRESH_SECONDS, host_left, host_progress, host_prompt, host_reply, host_waiting, host_waits_lapsed
+from .hosts import NO_DECISION, host_left, host_progress, host_prompt, host_reply
+from .waiters import (
+    WAITER_REFRESH_SECONDS,
+    caller_left,
+    caller_polled,
+    waiter_parked,
+    waiters_alive,
+    waits_lapsed,
+)
 from .tool_calls import DEFAULT_TIMEOUT_SECONDS, MAX_TIMEOUT_SECONDS, ToolCallOutcome, tool_call
 
 __all__ = [
@@ -77,5 +85,6 @@ __all__ = [
     "dingtalk_callback", "dingtalk_click", "dingtalk_panel_answer", "PanelAnswer",
     "events_acknowledge", "events_retry", "expire_due", "infer_platform", "progress_put", "purge_answers", "parked_wait", "quota_check_ask", "quota_check_parked", "QUOTAS", "agent_quotas_set", "quota_limit",
     "session_bot", "session_cancel_request", "session_check_bot", "session_check_web_user", "session_message", "session_recover",
-    "session_upsert", "tool_call", "NO_DECISION", "WAITER_REFRESH_SECONDS", "host_progress", "host_waiting", "host_waits_lapsed", "host_left", "host_prompt", "host_reply",
+    "session_upsert", "tool_call", "NO_DECISION", "host_progress", "host_left", "host_prompt", "host_reply",
+    "WAITER_REFRESH_SECONDS", "caller_left", "caller_polled", "waiter_parked", "waiters_alive", "waits_lapsed",
 ]

@@ -10,19 +10,17 @@ in the ask's audit ("delivered").
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timedelta
 from typing import Any, Callable
 
-from django.db import transaction
-from django.utils import timezone
 
 from askcards.models import Agent, Ask, AskEvent, ProgressCard, Respondent, Session
 from askcards.tools import dingtalk_ask_user_question as dingtalk_tool
 from askcards.tools.host_prompts import Answer, HostEventError, Progress, Prompt, answers_from_form, dingtalk_form
 
-from .asks import ask_cancel, audit, claim_open
+from .asks import ask_cancel, audit
 from .feishu_progress import progress_put
 from .tool_calls import tool_call
+from .waiters import waiter_parked
 
 logger = logging.getLogger(__name__)
 
@@ -33,10 +31,6 @@ NO_DECISION: dict[str, Any] = {}  # the host carries on as it would without the 
 PLATFORMS = (Session.Platform.FEISHU, Session.Platform.WEB, Session.Platform.DINGTALK)
 
 Decide = Callable[[Prompt, Answer], dict[str, Any]]
-# A waiting host's lease on its ask: refreshed every WAITER_REFRESH_SECONDS while the host's request
-# is parked, lapsed WAITER_LEASE after the last refresh (its process died or restarted).
-WAITER_LEASE = timedelta(seconds=90)
-WAITER_REFRESH_SECONDS = 30
 
 
 def host_prompt(*, agent: Agent, session: Session, sender_id: str, prompt: Prompt, timeout_seconds: int) -> str | None:
@@ -61,7 +55,7 @@ def host_prompt(*, agent: Agent, session: Session, sender_id: str, prompt: Promp
                         timeout_seconds=timeout_seconds, audit_detail={"host": prompt.audit}, host_prompt=True)
     if outcome.status == "pending":
         assert outcome.ask is not None
-        host_waiting(ask_id=outcome.ask.id)
+        waiter_parked(ask_id=outcome.ask.id)  # the host's lease on it (services.waiters)
         return outcome.ask.id
     if outcome.ask is None:  # refused before any ask existed: the host's input is not a form we can show
         raise HostEventError(f"this prompt cannot be shown as a form: {outcome.tool_result}")
@@ -135,25 +129,6 @@ def _settle(session: Session, host_session: str, tool_name: str, tool_input: str
 def _card_running(session: Session) -> bool:
     card = ProgressCard.objects.runs_of(session.pk).first()
     return card is not None and card.is_live
-
-
-def host_waiting(*, ask_id: str) -> None:
-    """The host still waits for this prompt: its lease runs ``WAITER_LEASE`` from now."""
-    Ask.objects.filter(pk=ask_id, status__in=Ask.OPEN).update(waiter_until=timezone.now() + WAITER_LEASE)
-
-
-def host_waits_lapsed(*, now: datetime | None = None, limit: int = 200) -> int:
-    """Worker step: withdraw host prompts whose waiter stopped refreshing its lease (the process
-    holding the host's request died or restarted, taking the request with it)."""
-    now = now or timezone.now()
-    lapsed = Ask.objects.filter(status__in=Ask.OPEN, waiter_until__lt=now).select_related("session", "agent")
-    withdrawn = 0
-    for ask in lapsed.order_by("waiter_until")[:limit]:
-        with transaction.atomic():
-            if claim_open(ask) and ask_cancel(ask=ask, reason=Ask.Reason.HOST_GONE, actor="system"):
-                logger.info("ask %s withdrawn: its host's waiter is gone (lease lapsed)", ask.id)
-                withdrawn += 1
-    return withdrawn
 
 
 def _behavior(reply: Any) -> str:

@@ -35,6 +35,7 @@ ERROR_TEXTS = {
     "session_cancelled": "任务已取消，提问随之取消",
     "pause_failed": "当前任务未能暂停，此卡已失效，请重新发起。",
     "host_gone": "智能体已停止等待",
+    "caller_gone": "调用方已断开，提问已取消",
     "superseded_by_question": "问题已被新的提问取代",
     "superseded_by_message": "用户发送了新消息，问题已失效",
     "restart": "服务已重启，原问题上下文已失效，请重新发起。",

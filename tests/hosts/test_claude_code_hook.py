@@ -272,7 +272,7 @@ async def test_a_waiter_that_died_with_its_process_lets_the_ask_lapse(present, m
 
     # The process is gone: nothing refreshes the lease any more (let any refresh in flight finish),
     # the lease is let lapse (as 90 s without a refresh would), and the worker sweeps.
-    monkeypatch.setattr(services, "host_waiting", lambda **_: None)
+    monkeypatch.setattr(services, "waiters_alive", lambda **_: None)
     await asyncio.sleep(0.5)
     await database_sync_to_async(Ask.objects.filter(pk=ask.id).update)(waiter_until=timezone.now() - timedelta(seconds=1))
     assert await database_sync_to_async(Worker().deadlines)() == 1

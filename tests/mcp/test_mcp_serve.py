@@ -366,9 +366,9 @@ def test_cancelling_a_waiting_call_cancels_its_ask(served):
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_a_dropped_connection_cancels_nothing(served, mode):
-    """The client goes away (its connection closes) while its call waits: the ask stays pending
-    on the panel, and alice can still answer it."""
+def test_a_dropped_connection_cancels_nothing_within_the_grace(served, mode):
+    """The client goes away (its connection closes) while its call waits: within the grace period
+    (60 s by default) the ask stays pending on the panel, and alice can still answer it."""
     qs = questions(f"dropped {mode}")
 
     async def scenario():
@@ -391,6 +391,32 @@ def test_a_dropped_connection_cancels_nothing(served, mode):
     assert before["status"] == "pending"
     assert ack["ok"] is True
     assert after["status"] == "answered"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_client_that_never_comes_back_has_its_ask_withdrawn_caller_gone(tmp_path, mode):
+    """The client gives up on a blocking call and exits; nobody calls again with its call_id nor
+    reads the task. Once the grace period passes the ask is cancelled (caller_gone) and the panel
+    withdraws it with words saying so: alice is not left answering into a void."""
+    qs = questions(f"caller gone {mode}")
+
+    async def scenario(base: str, key: str, cookie: str):
+        async with panel(base, cookie) as alice:
+            async with support.client(base, key, web_session(f"mcp-gone-{mode}"), mode=mode) as mcp:
+                call = asyncio.create_task(mcp.call_tool("ask_user_questions", {"questions": qs}))
+                shown = await alice.shown(qs)
+                call.cancel()
+                with contextlib.suppress(MCPError, asyncio.CancelledError):
+                    await call
+            withdrawn = await alice.withdrawn(shown["requestId"])
+        return shown, withdrawn
+
+    with support.seeded(tmp_path, ASKCARDS_MCP_CALLER_GRACE_SECONDS="2") as (base, seed):
+        shown, withdrawn = run(scenario(base, seed["key"], support.login_cookie(base)))
+        response = requests.get(f"{base}/api/v1/asks/{shown['requestId']}", timeout=support.TIMEOUT,
+                                headers={"Authorization": f"Bearer {seed['key']}"})
+    assert withdrawn["reason"] == "caller_gone"
+    assert (response.json()["status"], response.json()["reason"]) == ("cancelled", "caller_gone")
 
 
 @pytest.mark.parametrize("mode", MODES)

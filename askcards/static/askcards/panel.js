@@ -25,6 +25,7 @@
     session_cancelled: "任务已取消，提问随之取消。",
     pause_failed: "当前任务未能暂停，此问题已失效。",
     host_gone: "已在终端处理，或智能体已停止等待。",
+    caller_gone: "智能体已断开，不再等待这个回答。",
     superseded_by_question: "问题已被新的提问取代。",
     superseded_by_message: "你发送了新消息，问题已失效。",
     restart: "服务已重启，原问题上下文已失效。",

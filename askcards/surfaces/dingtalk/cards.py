@@ -55,6 +55,7 @@ TERMINAL_CARD: dict[str, tuple[str, str, str]] = {
     ),
     "pause_failed": ("expired", "当前任务未能暂停，此卡已失效，请重新发起。", "已失效"),
     "host_gone": ("expired", "已在终端处理，或智能体已停止等待。", "已失效"),
+    "caller_gone": ("expired", "智能体已断开，不再等待这个回答。", "已失效"),
     "restart": ("expired", "服务已重启，原问题上下文已失效，请重新发起。", "已失效"),
     "dispatch_failed": ("expired", "回答已收到，但未能继续会话，请发送一条普通消息继续。", "已失效"),
     "delivery_failed": ("expired", "问题卡片发送失败。", "已失效"),
