@@ -265,6 +265,10 @@ class PanelConsumer(AsyncJsonWebsocketConsumer):
             await self.send_json(message)
         await self.fill()
 
+    async def panel_delivered(self, event):
+        """The agent took the result of an ask this user answered: the page may now say so."""
+        await self.send_json({"type": "ask_user_questions_delivered", "requestId": event["ask_id"]})
+
     async def panel_withdraw(self, event):
         ask_id = event.get("ask_id")
         if ask_id in self.view.more:

@@ -46,8 +46,9 @@ def append(
     transaction.on_commit(lambda: events.wake(events.agent_group(agent_id)))
 
 
-def acknowledge(*, agent: Agent, upto: int) -> int:
-    """The agent acknowledged every event up to ``upto`` (``POST /events/ack``)."""
+def acknowledge(*, agent: Agent, upto: int, delivered: list[str] | None = None) -> int:
+    """The agent acknowledged every event up to ``upto`` (``POST /events/ack``). The ids of the
+    asks whose results that handed over are appended to ``delivered``."""
     now = timezone.now()
     with transaction.atomic():
         asks = list(
@@ -59,6 +60,8 @@ def acknowledge(*, agent: Agent, upto: int) -> int:
             delivered_at=now, delivered_via="feed", claimed_until=None
         )
         mark_results_delivered(asks, now)
+    if delivered is not None:
+        delivered.extend(asks)
     return count
 
 
@@ -99,11 +102,13 @@ def _claim_due(now, limit: int) -> list[int]:
     return claimed
 
 
-def deliver_due(*, now=None, limit: int = 20, undeliverable: list[str] | None = None) -> int:
+def deliver_due(*, now=None, limit: int = 20, undeliverable: list[str] | None = None,
+                delivered: list[str] | None = None) -> int:
     """One worker step: POST due events to their agents' webhooks. Returns how many were tried.
 
     The ids of asks whose ask.closed event was given up on (the retry window closed) are appended
-    to ``undeliverable``: the caller (the worker) tells their surfaces through the services."""
+    to ``undeliverable``, those whose ask.closed event reached the webhook to ``delivered``: the
+    caller (the worker) tells their surfaces through the services."""
     now = now or timezone.now()
     claimed = _claim_due(now, limit)
     held_until = now + timedelta(seconds=CLAIM_SECONDS)  # what _claim_due stored: our claim token
@@ -111,7 +116,7 @@ def deliver_due(*, now=None, limit: int = 20, undeliverable: list[str] | None = 
         # A batch can outlast its claim (20 POSTs of up to the webhook timeout each): renew the
         # claim right before each POST, and skip the event if another worker has claimed it since.
         if _renew_claim(event_id, held_until):
-            deliver_one(event_id, undeliverable=undeliverable)
+            deliver_one(event_id, undeliverable=undeliverable, delivered=delivered)
     return len(claimed)
 
 
@@ -123,7 +128,7 @@ def _renew_claim(event_id: int, held_until) -> bool:
     )
 
 
-def deliver_one(event_id: int, *, undeliverable: list[str] | None = None) -> bool:
+def deliver_one(event_id: int, *, undeliverable: list[str] | None = None, delivered: list[str] | None = None) -> bool:
     event = (
         OutboxEvent.objects.select_related("agent", "ask__session", "session")
         .prefetch_related("ask__respondents")
@@ -162,6 +167,8 @@ def deliver_one(event_id: int, *, undeliverable: list[str] | None = None) -> boo
             )
             if event.type == OutboxEvent.Type.ASK_CLOSED and event.ask_id:
                 mark_results_delivered([event.ask_id], now)
+                if delivered is not None:
+                    delivered.append(event.ask_id)
             logger.info("webhook delivered agent=%s seq=%s type=%s", agent.pk, event.seq, event.type)
             return True
         # A redirect would re-send the signed body somewhere the operator did not configure.

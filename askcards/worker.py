@@ -134,9 +134,12 @@ class Worker:
 
     def deliveries(self) -> int:
         undeliverable: list[str] = []
-        tried = outbox.deliver_due(now=timezone.now(), undeliverable=undeliverable)
+        delivered: list[str] = []
+        tried = outbox.deliver_due(now=timezone.now(), undeliverable=undeliverable, delivered=delivered)
         for ask_id in undeliverable:
             services.ask_result_undeliverable(ask_id=ask_id)
+        if delivered:
+            services.ask_results_delivered(ask_ids=delivered)
         return tried
 
     def card_sync(self) -> int:

@@ -28,6 +28,9 @@ class RecordingSurface(Surface):
     def withdraw(self, ask) -> None:
         self._record("withdraw", ask)
 
+    def result_delivered(self, ask) -> None:
+        self._record("delivered", ask)
+
     def sync_due(self, now, report) -> int:
         with self._lock:
             self.calls.append(("sync_due", "", ""))

@@ -46,6 +46,7 @@ from .asks import (
     ask_invalidate,
     ask_result_returned,
     ask_result_undeliverable,
+    ask_results_delivered,
     expire_due,
     purge_answers,
 )
@@ -80,7 +81,7 @@ __all__ = [
     "SYSTEM", "AnswerOutcome", "PruneReport", "asks_prune", "audit_prune", "outbox_prune", "receipts_prune", "ClickResult", "ToolCallOutcome", "agent_bot_grant", "agent_bot_revoke", "agent_bots_set", "agent_create", "agent_grant", "agent_grants_set",
     "agent_recover", "agent_revoke", "agent_rotate_key", "agent_webhook_url_check", "ask_activate", "ask_answer",
     "ask_cancel", "ask_click_rejected", "ask_expire", "ask_invalidate", "ask_result_returned",
-    "ask_result_undeliverable", "bot_add", "bot_find", "bot_get", "bot_remove", "bot_test", "bot_update", "bot_warnings",
+    "ask_result_undeliverable", "ask_results_delivered", "bot_add", "bot_find", "bot_get", "bot_remove", "bot_test", "bot_update", "bot_warnings",
     "BotCheck", "BotRemoval", "callback_receipt", "card_delivery_failed", "card_touch",
     "dingtalk_callback", "dingtalk_click", "dingtalk_panel_answer", "PanelAnswer",
     "events_acknowledge", "events_retry", "expire_due", "infer_platform", "progress_put", "purge_answers", "parked_wait", "quota_check_ask", "quota_check_parked", "QUOTAS", "agent_quotas_set", "quota_limit",

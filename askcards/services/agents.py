@@ -19,6 +19,8 @@ from askcards.surfaces.dingtalk.client import DingTalkClient, DingTalkError
 from askcards.surfaces.feishu.client import FeishuClient, FeishuError
 from askcards.surfaces.http import PlatformError
 
+from .asks import ask_results_delivered
+
 if TYPE_CHECKING:
     # What get_user_model() returns: settings leave AUTH_USER_MODEL at Django's own.
     from django.contrib.auth.models import User
@@ -386,7 +388,11 @@ def events_acknowledge(*, agent: Agent, upto: int) -> int:
     """The agent acknowledged its events up to ``upto`` (``POST /events/ack``; reading the feed
     is a GET and changes nothing): those events are delivered, not webhooked again, and the
     results they carry start their retention clock."""
-    return outbox.acknowledge(agent=agent, upto=upto)
+    delivered: list[str] = []
+    count = outbox.acknowledge(agent=agent, upto=upto, delivered=delivered)
+    if delivered:
+        ask_results_delivered(ask_ids=delivered)
+    return count
 
 
 def events_retry(*, event_ids: list[int]) -> int:

@@ -120,6 +120,15 @@ def ask_result_returned(*, ask: Ask) -> None:
     counts as delivered (its retention clock starts) and its ask.closed event needs no webhook."""
     if not ask.is_open and ask.result_delivered_at is None:
         outbox.result_returned(ask.id, timezone.now())
+        if ask.status == Ask.Status.ANSWERED:  # a person's answer reached the agent: say so where they gave it
+            surfaces.result_delivered(ask)
+
+
+def ask_results_delivered(*, ask_ids: list[str]) -> None:
+    """These asks' results just reached their agents another way (the events feed acknowledged,
+    a webhook took them): where people answered, the surfaces that say so do."""
+    for ask in Ask.objects.select_related("session").filter(pk__in=set(ask_ids), status=Ask.Status.ANSWERED):
+        surfaces.result_delivered(ask)
 
 
 def ask_result_undeliverable(*, ask_id: str) -> None:

@@ -93,6 +93,16 @@ def run_hook(hook: str, ask: Ask) -> None:
             logger.exception("surface %s.%s failed for ask %s", surface.name, hook, ask.id)
 
 
+def result_delivered(ask: Ask) -> None:
+    """The ask's result reached its agent: surfaces that told the person only "submitted" can now
+    say it was delivered."""
+    for surface in by_name(ask.surfaces):
+        try:
+            surface.result_delivered(ask)
+        except Exception:
+            logger.exception("surface %s.result_delivered failed for ask %s", surface.name, ask.id)
+
+
 def result_undeliverable(ask: Ask) -> None:
     """The ask's result could never be delivered to its agent: surfaces that can say so on the
     card do."""

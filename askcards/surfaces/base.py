@@ -83,6 +83,10 @@ class Surface:
     def withdraw(self, ask: Ask) -> None:
         """After a terminal transition commits: tell every place still showing the ask."""
 
+    def result_delivered(self, ask: Ask) -> None:
+        """The ask's result reached its agent (a waiter, a task read, the events feed, a webhook):
+        where the person was told only that their answer was submitted, say it was delivered."""
+
     def result_undeliverable(self, ask: Ask) -> None:
         """The ask's result could never be delivered to its agent: say so where the ask is shown."""
 

@@ -481,6 +481,9 @@ class WebSurface(Surface):
         # ask's history entry (the panel user's own answers).
         self._push(ask, {"type": "panel.withdraw", "ask_id": ask.id, "message": cancelled_message(ask)})
 
+    def result_delivered(self, ask: Ask) -> None:
+        self._push(ask, {"type": "panel.delivered", "ask_id": ask.id})
+
     def _push(self, ask: Ask, message: dict[str, Any]) -> None:
         if ask.session.web_user:
             events.send([(panel_group(ask.session.web_user), message)])

@@ -171,6 +171,22 @@ def test_person_answers_in_the_browser_and_the_agent_gets_it(service, browser_pa
     assert page.get_by_text("暂无待回答的问题").is_visible()
     page.screenshot(path=str(ARTIFACTS / "panel-answered.png"), full_page=True)
 
+    # An ask nobody waits on: answered, the page claims no delivery until the agent reads it.
+    unread = _call(base, headers, session["id"])["ask"]["id"]
+    third = page.locator(f'[data-request-id="{unread}"]')
+    third.get_by_role("radio", name="SQLite").check()
+    third.get_by_role("group", name="Platforms Which platforms must we support?").get_by_role("checkbox", name="Web").check()
+    third.get_by_role("button", name="提交").click()
+    third.get_by_text("已提交。", exact=True).wait_for()
+    time.sleep(0.5)
+    assert third.get_by_text("已提交，回答已送达。").count() == 0
+    assert requests.get(f"{base}/api/v1/asks/{unread}", headers=headers, timeout=10).json()["status"] == "answered"
+    time.sleep(0.5)
+    assert third.get_by_text("已提交，回答已送达。").count() == 0  # a GET only reads
+    taken = requests.post(f"{base}/api/v1/asks/{unread}/wait", json={"timeout": 0}, headers=headers, timeout=10)
+    assert taken.json()["status"] == "answered"
+    third.get_by_text("已提交，回答已送达。").wait_for()  # the agent took the result
+
     # A reload shows nothing pending: the state lives on the server.
     page.reload()
     page.locator('#connection[data-state="open"]').wait_for()

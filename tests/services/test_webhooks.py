@@ -123,3 +123,42 @@ def test_claimed_event_is_not_delivered_twice(agent, pending_ask, receiver_facto
     assert outbox.deliver_due() == 0
     assert receiver.requests == []
     assert Ask.objects.get(pk=pending_ask.pk).result_delivered_at is None
+
+
+# ---------------------------------------------------------------- where delivery is said
+
+def _delivered(recording_surface, ask_id) -> int:
+    return sum(1 for hook, asked, _ in recording_surface.calls if hook == "delivered" and asked == ask_id)
+
+
+@pytest.mark.django_db
+def test_a_result_counts_as_delivered_on_its_surfaces_only_once_the_agent_took_it(agent, pending_ask, recording_surface):
+    """A waiter or a task read takes the result: the surfaces (the panel) may say it was delivered,
+    once; an answer nobody has taken yet says nothing of the kind."""
+    services.ask_answer(ask_id=pending_ask.id, answers=answer_for(), surface="web")
+    assert _delivered(recording_surface, pending_ask.id) == 0
+    ask = Ask.objects.get(pk=pending_ask.id)
+    services.ask_result_returned(ask=ask)
+    assert _delivered(recording_surface, pending_ask.id) == 1
+    services.ask_result_returned(ask=Ask.objects.get(pk=pending_ask.id))  # already delivered
+    assert _delivered(recording_surface, pending_ask.id) == 1
+
+
+@pytest.mark.django_db
+def test_an_acknowledged_feed_delivers_the_results_it_carried(agent, pending_ask, recording_surface):
+    services.ask_answer(ask_id=pending_ask.id, answers=answer_for(), surface="web")
+    upto = OutboxEvent.objects.filter(agent=agent).order_by("-seq").values_list("seq", flat=True).first()
+    assert services.events_acknowledge(agent=agent, upto=upto) >= 1
+    assert _delivered(recording_surface, pending_ask.id) == 1
+
+
+@pytest.mark.django_db
+def test_a_webhook_that_took_the_result_delivers_it(agent, pending_ask, recording_surface, receiver_factory):
+    from askcards.worker import Worker
+
+    receiver = receiver_factory(200)
+    _hooked_answer(agent, pending_ask, receiver.url)
+    assert _delivered(recording_surface, pending_ask.id) == 0
+    Worker().deliveries()
+    assert any(json.loads(body)["type"] == "ask.closed" for _, body in receiver.requests)
+    assert _delivered(recording_surface, pending_ask.id) == 1

@@ -31,7 +31,9 @@
     restart: "服务已重启，原问题上下文已失效。",
   };
   const STALE = "问题已失效。";
-  const SUBMITTED = "已提交，回答已送达。";
+  // Submitted, and recorded: that is all the page knows until the agent takes the result.
+  const SUBMITTED = "已提交。";
+  const DELIVERED = "已提交，回答已送达。";
   const NEED_ANSWER = "请至少选择一项或填写其他";
   // A DingTalk form: what the person reads after their own response (the card's private texts).
   const RESPONDED = {
@@ -579,7 +581,8 @@
       const entry = asks.get(message.requestId);
       if (!entry) return;
       if (message.reason === "submitted" && entry.sent) {
-        finish(message.requestId, entry.state === "sending" ? "已作答。" : SUBMITTED);
+        entry.answeredHere = true;
+        finish(message.requestId, entry.delivered ? DELIVERED : entry.state === "sending" ? "已作答。" : SUBMITTED);
       } else if (entry.kind === "form" && entry.responded) {
         // Their own response is already shown. An ordinary form ended with it; a collection
         // ends later (everyone responded, the deadline, the initiator): say how.
@@ -588,11 +591,19 @@
         finish(message.requestId, ENDED[message.reason] || STALE);
       }
     },
+    ask_user_questions_delivered(message) {
+      // The agent took the result (its waiter, a task read, its events feed or webhook).
+      const entry = asks.get(message.requestId);
+      if (!entry) return;
+      entry.delivered = true;
+      if (entry.state === "done" && entry.answeredHere) entry.status.textContent = DELIVERED;
+    },
     ask_user_questions_ack(message) {
       const entry = asks.get(message.requestId);
       if (!entry || entry.state === "done") return;
       if (message.ok) {
-        finish(message.requestId, SUBMITTED);
+        entry.answeredHere = true;
+        finish(message.requestId, entry.delivered ? DELIVERED : SUBMITTED);
         entry.section.append(renderSummary(entry));
       } else if (typeof message.error === "string" && message.error.startsWith("invalid")) {
         entry.state = "open";
