@@ -184,7 +184,7 @@ def uses_database(item) -> bool:
         name in getattr(item, "fixturenames", ()) for name in DATABASE_FIXTURES)
 
 
-def pytest_collection_modifyitems(config, items):
+def pytest_itemcollected(item):
     """The test command runs on pytest-xdist with ``--dist loadgroup`` (pyproject). The multi-process
     tests in tests/scale each start several servers and workers against PostgreSQL and Redis: they
     run in one worker, one after another, so they never compete with each other for the machine
@@ -192,7 +192,23 @@ def pytest_collection_modifyitems(config, items):
 
     The tests of tables at size start no server: they read plans and counts of a seeded database,
     timing nothing. They form a group of their own ("large"), so the seeded database is made once
-    and they need not wait behind the multi-process tests (one group was the whole run's length)."""
+    and they need not wait behind the multi-process tests (one group was the whole run's length).
+
+    Marked as each test is collected: xdist reads the groups into the test ids in its own
+    ``pytest_collection_modifyitems``, which may run before any conftest's."""
+    if item.nodeid.startswith(LARGE_DATA_TESTS):
+        item.add_marker(pytest.mark.xdist_group("large"))
+    elif item.nodeid.startswith("tests/scale/"):
+        item.add_marker(pytest.mark.xdist_group("scale"))
+
+
+def pytest_collection_modifyitems(config, items):
+    """``--database-tests-only`` (the PostgreSQL pass of .ci/run): only the tests that use Django's
+    test database.
+
+    The groups go first: xdist hands out work in the order collected, and the multi-process group
+    (minutes, one test after another) handed out last was the run's tail while the other worker
+    sat idle."""
     if config.getoption("database_tests_only"):
         kept, deselected = [], []
         for item in items:
@@ -200,11 +216,7 @@ def pytest_collection_modifyitems(config, items):
         if deselected:
             config.hook.pytest_deselected(items=deselected)
             items[:] = kept
-    for item in items:
-        if item.nodeid.startswith(LARGE_DATA_TESTS):
-            item.add_marker(pytest.mark.xdist_group("large"))
-        elif item.nodeid.startswith("tests/scale/"):
-            item.add_marker(pytest.mark.xdist_group("scale"))
+    items.sort(key=lambda item: 0 if item.get_closest_marker("xdist_group") else 1)
 
 
 LARGE_DATA_TESTS = tuple(f"tests/scale/test_{name}.py" for name in (
