@@ -53,9 +53,10 @@ def host_prompt(*, agent: Agent, session: Session, sender_id: str, prompt: Promp
         name, arguments = TOOL, {"questions": prompt.questions}
     outcome = tool_call(agent=agent, session=session, name=name, arguments=arguments, sender_id=sender_id,
                         timeout_seconds=timeout_seconds, audit_detail={"host": prompt.audit}, host_prompt=True)
-    if outcome.status == "pending":
-        assert outcome.ask is not None
-        waiter_parked(ask_id=outcome.ask.id)  # the host's lease on it (services.waiters)
+    if outcome.ask is not None and outcome.ask.status != Ask.Status.FAILED:
+        # Asked (pending, or already answered by someone quick on a surface that showed it): the
+        # host's reply reads it as it is now.
+        waiter_parked(ask_id=outcome.ask.id)  # the host's lease on it while open (services.waiters)
         return outcome.ask.id
     if outcome.ask is None:  # refused before any ask existed: the host's input is not a form we can show
         raise HostEventError(f"this prompt cannot be shown as a form: {outcome.tool_result}")

@@ -245,6 +245,21 @@ async def test_codex_gets_exactly_its_own_decision_shape(present):
     assert decision["message"].endswith("不要碰 marker")
 
 
+async def test_a_prompt_answered_the_moment_it_shows_still_decides(present, monkeypatch):
+    """Someone quick answers the form as soon as a surface shows it, before the hook's request has
+    even parked: the host still gets their decision, not "no decision"."""
+    _, key = present
+
+    def answer_at_once(self, ask):
+        answers = [{"question": q["question"], "selectedLabels": ["允许"], "customInput": None} for q in ask.questions]
+        assert services.ask_answer(ask_id=ask.id, answers=answers, surface="web").accepted
+
+    monkeypatch.setattr(RecordingSurface, "show", answer_at_once)
+    response = await _post(SESSION_URL, key, BASH).get_response(timeout=10)
+    assert response["status"] == 200
+    assert json.loads(response["body"])["hookSpecificOutput"]["decision"]["behavior"] == "allow"
+
+
 async def test_codex_reads_no_decision_as_an_empty_body(present):
     _, key = present
     response = await _post(CODEX_URL, key, {**CODEX_BASH, "hook_event_name": "PreToolUse"}).get_response(timeout=10)
