@@ -20,8 +20,9 @@ from askcards.models import Agent, Session
 SESSION_FIELDS = ("platform", "web_user", "chat_type", "chat_id", "user_id", "user_name", "bot")
 QUERY_FIELDS = ("session", *SESSION_FIELDS, "sender_id")
 # ``/mcp`` only: ``permission_prompt=1`` also lists the headless permission-prompt tool
-# (``askcards.hosts.prompt_tool``), for ``claude -p --permission-prompt-tool``.
-MCP_FIELDS = (*QUERY_FIELDS, "permission_prompt")
+# (``askcards.hosts.prompt_tool``), for ``claude -p --permission-prompt-tool``; ``host=ask`` also
+# puts the asks to the host's own user (an elicitation the MCP client shows: the host surface).
+MCP_FIELDS = (*QUERY_FIELDS, "permission_prompt", "host")
 SENDER_MAX_LENGTH = 200
 
 HOW_TO_NAME = (
@@ -42,6 +43,7 @@ class Caller:
     session: Session
     sender_id: str
     permission_prompt: bool = False  # the URL asks for the permission-prompt tool
+    host_ask: bool = False  # the URL asks for the host surface (host=ask)
 
 
 def agent_for(authorization: str | None) -> Agent:
@@ -74,8 +76,11 @@ def caller_for(agent: Agent, query_string: bytes) -> Caller:
     flag = fields.pop("permission_prompt", None)
     if flag not in (None, "0", "1"):
         raise InvalidInput(f"permission_prompt must be 1 (list the permission-prompt tool) or 0, got {flag[:20]!r}")
+    host = fields.pop("host", None)
+    if host not in (None, "ask", "none"):
+        raise InvalidInput(f"host must be ask (also ask the MCP client's own user) or none, got {host[:20]!r}")
     caller = caller_from(agent, fields)
-    return Caller(caller.agent, caller.session, caller.sender_id, permission_prompt=flag == "1")
+    return Caller(caller.agent, caller.session, caller.sender_id, permission_prompt=flag == "1", host_ask=host == "ask")
 
 
 def caller_from(agent: Agent, fields: dict[str, str], *, where: str = "MCP URL", path: str = "/mcp") -> Caller:

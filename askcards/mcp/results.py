@@ -20,10 +20,11 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
+from django.core import signing
 
 from askcards import selectors
 from askcards.models import Ask
-from askcards.tools import ERROR_TEXTS
+from askcards.tools import ERROR_TEXTS, host_form
 
 CALL_ID_META = "io.askcards/call_id"
 TIMEOUT_META = "io.askcards/timeout_seconds"
@@ -123,6 +124,49 @@ def created_task(ask: Ask) -> dict[str, Any]:
     """A task-augmented ``tools/call``'s ``CreateTaskResult`` (2026-07-28): flat, ``resultType``
     ``"task"``."""
     return {"resultType": "task", **extension_task(ask), "_meta": {ASK_ID_META: ask.id}}
+
+
+HOST_MESSAGE = "请回答以下问题（也可在飞书、钉钉或网页面板作答，以最先提交的回答为准）"
+
+
+def host_request_key(ask: Ask) -> str:
+    """The key of the one input request a task puts to the host: unique to the ask, never reused
+    (an answer, a decline or a dismissal ends the ask)."""
+    return f"askcards-answer-{ask.id}"
+
+
+def host_input_task(ask: Ask) -> dict[str, Any]:
+    """``tasks/get``'s ``InputRequiredTask`` (2026-07-28) for an open ask also put to the host's
+    own user: its questions as a form elicitation (``askcards.tools.host_form``)."""
+    data = extension_task(ask)
+    data["status"] = "input_required"
+    params = host_form.elicitation(ask.questions or [], message=ask.title or HOST_MESSAGE)
+    data["inputRequests"] = {host_request_key(ask): {"method": "elicitation/create", "params": params}}
+    return data
+
+
+REQUEST_STATE_SALT = "askcards.mcp.request-state"
+REQUEST_STATE_MAX_AGE = 14 * 86400  # past the longest deadline an ask can have (13 days)
+
+
+def host_input_required(ask: Ask) -> dict[str, Any]:
+    """A blocking call's ``InputRequiredResult`` (2026-07-28 multi round-trip): the host surface's
+    form, and a ``requestState`` naming the ask, signed (``django.core.signing``: HMAC with the
+    site's secret, compared in constant time) so a client cannot point its retry at another ask."""
+    task = host_input_task(ask)
+    state = signing.dumps({"ask": ask.id, "agent": ask.agent_id}, salt=REQUEST_STATE_SALT, compress=False)
+    return {"resultType": "input_required", "inputRequests": task["inputRequests"], "requestState": state}
+
+
+def request_state_ask(state: str, *, agent_id: int) -> str | None:
+    """The ask a retry's ``requestState`` names, if this server signed it for this agent."""
+    try:
+        data = signing.loads(state, salt=REQUEST_STATE_SALT, max_age=REQUEST_STATE_MAX_AGE)
+    except signing.BadSignature:  # SignatureExpired too
+        return None
+    if not isinstance(data, dict) or data.get("agent") != agent_id or not isinstance(data.get("ask"), str):
+        return None
+    return data["ask"]
 
 
 def detailed_task(ask: Ask) -> dict[str, Any]:

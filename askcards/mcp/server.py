@@ -31,6 +31,7 @@ import json
 import logging
 import re
 from collections.abc import Mapping
+from contextlib import suppress
 from contextvars import ContextVar
 from datetime import datetime
 from typing import Any
@@ -53,6 +54,7 @@ from askcards.db import in_pool
 from askcards.errors import AskcardsError, NotFound, QuotaExceeded
 from askcards.hosts import prompt_tool
 from askcards.models import Agent, Ask
+from askcards.tools import host_form
 from askcards.tools.host_prompts import HostEventError
 
 from . import results
@@ -68,6 +70,8 @@ TASKS_EXTENSION = "io.modelcontextprotocol/tasks"  # where tasks live from 2026-
 CLIENT_CAPABILITIES_META = "io.modelcontextprotocol/clientCapabilities"
 EXTENSION_TASK_METHODS = frozenset({"tasks/get", "tasks/update", "tasks/cancel"})
 CORE_ONLY_TASK_METHODS = frozenset({"tasks/result", "tasks/list"})  # 2025-11-25 only
+HOST_TOOL = "ask_user_questions"  # the tool whose asks the host surface can show (host=ask)
+HOST_SURFACE = "host"  # an answer given in the MCP client's own dialog
 CANCEL_HANDLING_SECONDS = 10
 QUOTA_EXCEEDED = -32000  # JSON-RPC's implementation-defined server errors: a quota of the agent's is used up
 CANCEL = "askcards.mcp_cancel"  # channel-layer message: notifications/cancelled for a parked call
@@ -190,6 +194,23 @@ def declares_tasks(ctx: ServerRequestContext[Any, Any]) -> bool:
     return isinstance(extensions, Mapping) and isinstance(extensions.get(TASKS_EXTENSION), Mapping)
 
 
+def declares_form_elicitation(ctx: ServerRequestContext[Any, Any]) -> bool:
+    """Whether this 2026-07-28 request's own client capabilities say its client shows form
+    elicitations (``elicitation: {}`` means form, as the spec reads an empty object)."""
+    if not modern(ctx):
+        return False
+    meta = (ctx.params or {}).get("_meta") or {}
+    capabilities = meta.get(CLIENT_CAPABILITIES_META) if isinstance(meta, Mapping) else None
+    elicitation = capabilities.get("elicitation") if isinstance(capabilities, Mapping) else None
+    return isinstance(elicitation, Mapping) and (not elicitation or isinstance(elicitation.get("form"), Mapping))
+
+
+def _host_asks(ctx: ServerRequestContext[Any, Any], caller: Caller, ask: Ask) -> bool:
+    """Whether this open ask is also put to the host's own user on this request: the URL opts in
+    (``host=ask``), the client shows form elicitations, and the ask is a question form."""
+    return (caller.host_ask and ask.is_open and ask.tool == HOST_TOOL and declares_form_elicitation(ctx))
+
+
 def _check_task_method(ctx: ServerRequestContext[Any, Any]) -> None:
     """Which task methods each revision has: 2025-11-25 its core four (no ``tasks/update``);
     2026-07-28 the extension's three, and only for a request that declares the extension."""
@@ -268,10 +289,12 @@ def _call_result(status: str, text: str | None, ask: Ask | None) -> types.CallTo
     return types.CallToolResult.model_validate(results.tool_result(status, text, ask), by_name=False)
 
 
-async def call_tool(ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> types.CallToolResult:
+async def call_tool(ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> Any:
     caller = _caller.get()
     if caller.permission_prompt and params.name == prompt_tool.NAME:
         return await permission_prompt(ctx, caller, params.arguments)
+    if params.name == HOST_TOOL and caller.host_ask and declares_form_elicitation(ctx):
+        return await call_with_host(ctx, caller, params)
     tool = tools.get(params.name)
     if tool is not None and tool.blocking:
         try:  # before the call, so a refusal changes nothing
@@ -300,6 +323,35 @@ async def call_tool(ctx: ServerRequestContext[Any, Any], params: types.CallToolR
         await in_pool(services.ask_result_returned, ask=ask)
     if not ask.blocking:  # the DingTalk tool answers at once; its later outcome is its task's
         return _call_result(outcome.status, outcome.tool_result, ask)
+    return _call_result(ask.status, (ask.result or {}).get("tool_result"), ask)
+
+
+async def call_with_host(ctx: ServerRequestContext[Any, Any], caller: Caller, params: types.CallToolRequestParams) -> Any:
+    """A blocking call also put to the host's own user (``host=ask``, 2026-07-28): multi round-trip.
+    The first round makes the ask (on every surface, as always) and answers ``input_required``
+    with the host surface's form and a signed ``requestState`` naming the ask — the only state
+    kept between rounds. The retry carries the host's response (``inputResponses``) and that
+    state: the response answers the ask (or declines it) unless another surface answered first,
+    and the call returns the ask's result. An ask still open then (the response did not answer
+    the form) is asked again."""
+    if params.request_state is None:
+        outcome = await _run(ctx, caller, params.name, params.arguments)
+        if outcome.ask is None:
+            return _call_result(outcome.status, outcome.tool_result, None)
+        ask = await in_pool(_read, caller.agent, outcome.ask.id)
+    else:
+        ask_id = results.request_state_ask(params.request_state, agent_id=caller.agent.pk)
+        if ask_id is None:
+            raise _invalid("requestState is not one this server issued for this agent, or it has expired; "
+                           "call again without it")
+        ask = await _task_ask(ask_id)
+        response = (params.input_responses or {}).get(results.host_request_key(ask))
+        if response is not None and ask.is_open:
+            await in_pool(_host_answered, caller, ask, response)
+            ask = await _task_ask(ask_id)
+    if ask.is_open:
+        return results.host_input_required(ask)
+    await in_pool(services.ask_result_returned, ask=ask)
     return _call_result(ask.status, (ask.result or {}).get("tool_result"), ask)
 
 
@@ -418,7 +470,18 @@ async def _parked(ctx: ServerRequestContext[Any, Any], caller: Caller, ask_id: s
                   *, lease: bool) -> Ask:
     await subscription.add(events.ask_group(ask_id))
     # After subscribing: no change can slip by.
-    ask = await in_pool(_leased_read if lease else _read, caller.agent, ask_id)
+    if lease:
+        # Finished even if the client goes away meanwhile: the lease it takes must be in place
+        # before _park's caller_left shortens it to the grace period, not land after it.
+        read = asyncio.ensure_future(in_pool(_leased_read, caller.agent, ask_id))
+        try:
+            ask = await asyncio.shield(read)
+        except asyncio.CancelledError:
+            with suppress(Exception):
+                await read
+            raise
+    else:
+        ask = await in_pool(_read, caller.agent, ask_id)
     loop = asyncio.get_running_loop()
     give_up = loop.time() + max(0.0, (ask.deadline - timezone.now()).total_seconds()) + DEADLINE_GRACE_SECONDS
     total = max(1.0, (ask.deadline - ask.created_at).total_seconds())
@@ -473,6 +536,8 @@ async def tasks_get(ctx: ServerRequestContext[Any, Any], params: types.GetTaskRe
     ask = await _task_ask(params.task_id)
     if not modern(ctx):
         return results.task(ask)
+    if _host_asks(ctx, _caller.get(), ask):
+        return results.host_input_task(ask)
     detailed = results.detailed_task(ask)
     if "result" in detailed:  # the result handed over inline: it counts as delivered
         await in_pool(services.ask_result_returned, ask=ask)
@@ -480,16 +545,44 @@ async def tasks_get(ctx: ServerRequestContext[Any, Any], params: types.GetTaskRe
 
 
 async def tasks_update(ctx: ServerRequestContext[Any, Any], params: types.RequestParams) -> dict[str, Any]:
-    """``tasks/update`` (2026-07-28): responses to a task's outstanding input requests. askcards'
-    tasks ask nothing of the client, so every response is to a key not outstanding, which the
-    extension says to ignore; the task must still be one of this agent's."""
+    """``tasks/update`` (2026-07-28): responses to a task's outstanding input requests. The one
+    askcards issues is the host surface's form (``host=ask``): the host's user answering it
+    answers the ask there (surface ``host``; the first answer wins, as everywhere), declining or
+    dismissing it is their answer too (cancelled ``by_respondent``). A response to any other key,
+    or one whose content does not answer the form, is ignored, as the extension says; the task
+    must still be one of this agent's."""
     task_id = (ctx.params or {}).get("taskId")
+    responses = (ctx.params or {}).get("inputResponses")
     if not isinstance(task_id, str):
         raise _invalid("tasks/update needs params.taskId (a string) and params.inputResponses (an object)")
-    if not isinstance((ctx.params or {}).get("inputResponses"), Mapping):
+    if not isinstance(responses, Mapping):
         raise _invalid("tasks/update needs params.inputResponses (an object keyed by input request)")
-    await _task_ask(task_id)
+    caller = _caller.get()
+    ask = await _task_ask(task_id)
+    response = responses.get(results.host_request_key(ask))
+    if caller.host_ask and ask.is_open and ask.tool == HOST_TOOL and response is not None:
+        await in_pool(_host_answered, caller, ask, response)
     return {}
+
+
+def _host_answered(caller: Caller, ask: Ask, response: Any) -> None:
+    """The host's user's response to the host surface's form (an ``ElicitResult``)."""
+    try:
+        result = types.ElicitResult.model_validate(response)
+    except ValidationError:
+        logger.info("ask %s: a host response that is no elicitation result, ignored", ask.id)
+        return
+    if result.action != "accept":  # declined or dismissed: the person's answer, not a failure
+        services.ask_cancel(ask=ask, reason=Ask.Reason.BY_RESPONDENT, actor=f"host:{caller.agent.name}")
+        return
+    try:
+        answers = host_form.answers(ask.questions or [], result.content)
+    except host_form.FormContentError as exc:
+        logger.info("ask %s: the host's form content does not answer it (%s), ignored", ask.id, exc)
+        return
+    outcome = services.ask_answer(ask_id=ask.id, answers=answers, surface=HOST_SURFACE, ask=ask)
+    if not outcome.accepted:
+        logger.info("ask %s: the host's answer not taken (%s)", ask.id, outcome.error)
 
 
 async def tasks_result(ctx: ServerRequestContext[Any, Any], params: types.GetTaskPayloadRequestParams) -> dict[str, Any]:
