@@ -31,13 +31,14 @@ class Person(threading.Thread):
         self.stack = contextlib.ExitStack()
         self.socket = self.stack.enter_context(
             connect(ws_url, additional_headers={"Cookie": f"sessionid={cookie}", "Origin": base}, open_timeout=10))
-        self.plan: queue.Queue[tuple[list[list[str]], str | None] | None] = queue.Queue()
+        self.plan: queue.Queue[tuple[list[list[str]], str | None, float] | None] = queue.Queue()
         self.shown: list[dict[str, Any]] = []
         self.ended: dict[str, str] = {}  # ask id -> reason
         self.stop = threading.Event()
 
-    def answers(self, labels: list[list[str]], custom: str | None = None) -> None:
-        self.plan.put((labels, custom))
+    def answers(self, labels: list[list[str]], custom: str | None = None, *, after: float = 0) -> None:
+        """Answer the next ask shown with these labels, ``after`` seconds once it is shown."""
+        self.plan.put((labels, custom, after))
 
     def holds(self) -> None:
         """The next prompt is left unanswered (the host gives up on it)."""
@@ -60,7 +61,9 @@ class Person(threading.Thread):
             planned = self.plan.get(timeout=TIMEOUT)
             if planned is None:
                 continue
-            labels, custom = planned
+            labels, custom, after = planned
+            if self.stop.wait(after):
+                return
             answers = [{"question": q["question"], "selectedLabels": labels[i] if i < len(labels) else [],
                         "customInput": custom if i == 0 else None} for i, q in enumerate(message["questions"])]
             self.socket.send(json.dumps({"type": "ask_user_questions_result", "requestId": message["requestId"],
