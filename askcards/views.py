@@ -59,8 +59,13 @@ logout = auth_views.LogoutView.as_view()
 
 # Django's error pages for requests refused before any view ran (a Host not in ALLOWED_HOSTS, a
 # malformed request): an agent on /api/ reads the API's JSON error shape, a person gets Django's page.
+# Routes whose clients read JSON (agents, the chat platforms' callbacks, agent hosts' hooks, MCP):
+# Django's own refusals there (a Host it does not serve, a body it will not parse) are JSON too.
+JSON_ROUTES = ("/api/", "/callbacks/", "/hooks/", "/mcp")
+
+
 def _is_api(request) -> bool:
-    return request.path.startswith("/api/")
+    return request.path.startswith(JSON_ROUTES)
 
 
 def bad_request(request, exception):
