@@ -57,6 +57,7 @@ SERVICE_LAYERS = {
     "askcards.services.tool_calls": 3,
     "askcards.services.dingtalk": 4,
     "askcards.services.hosts": 4,
+    "askcards.services.host_app": 1,
 }
 
 

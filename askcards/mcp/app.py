@@ -12,8 +12,13 @@ hold a thread). Before the SDK sees a request, the edge rules of every askcards 
 - ``Authorization: Bearer <agent key>``; otherwise 401 with ``WWW-Authenticate: Bearer``.
 - ``GET`` is 405 (no standalone SSE stream without sessions); a body that is JSON but not one
   object is a JSON-RPC Invalid Request (-32600).
+- MCP Apps on the handshake revisions (``askcards.mcp.apps``): an ``initialize`` that declares
+  the extension is answered with an ``Mcp-Session-Id`` recording it (signed, nothing kept here);
+  a later request carrying it has it checked and the result put in the scope for the handlers. A
+  session id askcards did not issue for this agent is 404, which tells a client to initialize
+  again; without one, a request is served as before.
 
-The SDK runs stateless (a fresh transport per request, no ``Mcp-Session-Id``), so no request
+The SDK runs stateless (a fresh transport per request, no session of its own), so no request
 depends on what another request left in this process's memory.
 """
 from __future__ import annotations
@@ -29,18 +34,21 @@ from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpResponse
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE, TransportSecuritySettings
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from askcards import edge, jsonlimits, metrics
 from askcards.db import in_pool
 
+from . import apps
 from .caller import Unauthorized, agent_for
 from .exchange import parked_request, serve_parked
-from .server import build_server
+from .server import APPS_SCOPE, build_server
 
 logger = logging.getLogger(__name__)
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
+SESSION_HEADER = b"mcp-session-id"
 
 
 def transport_security() -> TransportSecuritySettings:
@@ -134,8 +142,23 @@ class McpApp:
                 text = f"Invalid Request: the body must be one JSON-RPC message object, got {jsonlimits.kind(message)}"
                 await edge.send_response(send, _jsonrpc_error(400, INVALID_REQUEST, text), request)
                 return
+        issued = None  # the Mcp-Session-Id an initialize that declares MCP Apps is answered with
+        extra: dict = {"askcards.agent": agent}
+        if body and message.get("method") == "initialize":
+            params = message.get("params")
+            if isinstance(params, dict) and apps.client_declares_apps(params.get("capabilities")):
+                issued = apps.session_token(agent.pk)
+        elif _header(scope, SESSION_HEADER) is not None and _header(scope, b"mcp-protocol-version") not in MODERN_PROTOCOL_VERSIONS:
+            declared = apps.session_declares_apps(_header(scope, SESSION_HEADER) or "", agent_id=agent.pk)
+            if declared is None:
+                text = "Session not found: this Mcp-Session-Id was not issued here for this key; send initialize again"
+                await edge.send_response(send, _jsonrpc_error(404, INVALID_REQUEST, text), request)
+                return
+            extra[APPS_SCOPE] = declared
+        if issued is not None:
+            send = _with_session(send, issued)
         manager = await self._manager(limit)
-        scope = {**scope, "askcards.agent": agent}
+        scope = {**scope, **extra}
         parked = parked_request(message, scope) if body else None
         if parked is not None:
             message = None  # a parked call holds only what it needs while it waits
@@ -182,6 +205,17 @@ def _replay(body: bytes, receive):
         return await receive()
 
     return replayed
+
+
+def _with_session(send, session_id: str):
+    """``send`` naming the session in a successful ``initialize`` response's headers."""
+
+    async def named(message):
+        if message["type"] == "http.response.start" and message.get("status") == 200:
+            message = {**message, "headers": [*message.get("headers", ()), (SESSION_HEADER, session_id.encode("ascii"))]}
+        await send(message)
+
+    return named
 
 
 def _secured(send, request: ASGIRequest):

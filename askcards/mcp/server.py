@@ -57,7 +57,7 @@ from askcards.models import Agent, Ask
 from askcards.tools import host_form
 from askcards.tools.host_prompts import HostEventError
 
-from . import results
+from . import apps, results
 from .caller import Caller, caller_for
 
 logger = logging.getLogger(__name__)
@@ -106,6 +106,8 @@ def build_server() -> AskcardsServer:
         instructions=INSTRUCTIONS,
         on_list_tools=list_tools,
         on_call_tool=call_tool,
+        on_list_resources=list_resources,
+        on_read_resource=read_resource,
     )
     server.add_request_handler("tasks/get", types.GetTaskRequestParams, tasks_get)
     server.add_request_handler("tasks/result", types.GetTaskPayloadRequestParams, tasks_result)
@@ -113,6 +115,7 @@ def build_server() -> AskcardsServer:
     server.add_request_handler("tasks/list", types.PaginatedRequestParams, tasks_list)
     server.add_request_handler("tasks/update", types.RequestParams, tasks_update)
     server.extensions[TASKS_EXTENSION] = {}
+    server.extensions[apps.EXTENSION_ID] = {}
     server.add_notification_handler("notifications/cancelled", types.CancelledNotificationParams, cancelled)
     server.middleware.append(with_caller)
     return server
@@ -166,7 +169,7 @@ async def _serve_caller(ctx: ServerRequestContext[Any, Any], call_next: CallNext
     token = _caller.set(caller)
     try:
         params = ctx.params or {}
-        if ctx.method == "tools/call":
+        if ctx.method == "tools/call" and not _app_tool(params.get("name")):
             if ctx.protocol_version == TASKS_VERSION and isinstance(params.get("task"), dict):
                 return await call_as_task(ctx, caller, params)
             # The permission prompt stays a blocking call: its host waits on it for the decision.
@@ -205,6 +208,25 @@ def declares_form_elicitation(ctx: ServerRequestContext[Any, Any]) -> bool:
     return isinstance(elicitation, Mapping) and (not elicitation or isinstance(elicitation.get("form"), Mapping))
 
 
+APPS_SCOPE = "askcards.apps"  # set by askcards.mcp.app from a verified Mcp-Session-Id (handshake era)
+
+
+def _app_tool(name: Any) -> bool:
+    """An app-only tool's call is answered at once, never as a task."""
+    return isinstance(name, str) and name in apps.APP_TOOLS
+
+
+def shows_apps(ctx: ServerRequestContext[Any, Any]) -> bool:
+    """Whether this request's client renders MCP Apps: on 2026-07-28 its own ``_meta`` client
+    capabilities say so; on the handshake revisions its ``initialize`` did, as the
+    ``Mcp-Session-Id`` askcards answered it with records (``askcards.mcp.apps``)."""
+    if modern(ctx):
+        meta = (ctx.params or {}).get("_meta") or {}
+        return apps.client_declares_apps(meta.get(CLIENT_CAPABILITIES_META) if isinstance(meta, Mapping) else None)
+    scope = ctx.request.scope if ctx.request is not None else {}
+    return scope.get(APPS_SCOPE) is True
+
+
 def _host_asks(ctx: ServerRequestContext[Any, Any], caller: Caller, ask: Ask) -> bool:
     """Whether this open ask is also put to the host's own user on this request: the URL opts in
     (``host=ask``), the client shows form elicitations, and the ask is a question form."""
@@ -235,15 +257,19 @@ def _check_task_method(ctx: ServerRequestContext[Any, Any]) -> None:
 async def list_tools(ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
     caller = _caller.get()
     session = caller.session
+    rendered = shows_apps(ctx)
     listed = [
         types.Tool(
             name=tool.name,
             description=tool.description,
             input_schema=tool.input_schema,
             execution=types.ToolExecution(task_support="optional"),
+            _meta=apps.tool_meta() if rendered and tool.name == HOST_TOOL else None,
         )
         for tool in tools.tools_for(platform=session.platform, is_subagent=session.is_subagent)
     ]
+    if rendered:
+        listed.extend(apps.app_tools())
     if caller.permission_prompt:
         listed.append(types.Tool(name=prompt_tool.NAME, description=prompt_tool.DESCRIPTION,
                                  input_schema=prompt_tool.INPUT_SCHEMA))
@@ -291,6 +317,8 @@ def _call_result(status: str, text: str | None, ask: Ask | None) -> types.CallTo
 
 async def call_tool(ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> Any:
     caller = _caller.get()
+    if _app_tool(params.name) and shows_apps(ctx):
+        return await in_pool(call_app_tool, caller, params.name, params.arguments)
     if caller.permission_prompt and params.name == prompt_tool.NAME:
         return await permission_prompt(ctx, caller, params.arguments)
     if params.name == HOST_TOOL and caller.host_ask and declares_form_elicitation(ctx):
@@ -414,6 +442,46 @@ async def call_as_task(ctx: ServerRequestContext[Any, Any], caller: Caller, raw:
         return results.created_task(ask)
     return {"task": results.task(ask), "_meta": {results.ASK_ID_META: outcome.ask.id}}
 
+
+
+# ------------------------------------------------------------------------------------- MCP Apps
+
+
+def call_app_tool(caller: Caller, name: str, arguments: Any) -> types.CallToolResult:
+    """The app-only tools (``askcards.mcp.apps``), for the caller's own asks in its session. Bad
+    input is a tool error saying what was wrong; nothing changes."""
+    arguments = arguments if arguments is not None else {}
+    if not isinstance(arguments, Mapping):
+        return apps.tool_error(f"{name} takes an object of arguments")
+    try:
+        if name == apps.FIND_TOOL:
+            ask = services.host_app_ask(agent=caller.agent, session=caller.session, questions=arguments.get("questions"))
+            if ask is None:
+                return apps.tool_result("no ask with these questions in this conversation yet", {"ask": None})
+            prefetch_related_objects([ask], "respondents")
+            return apps.tool_result(f"ask {ask.id}: {ask.status}", {"ask": services.host_app_view(ask)})
+        outcome = services.host_app_answer(agent=caller.agent, session=caller.session,
+                                           ask_id=arguments.get("askId"), answers=arguments.get("answers"))
+    except AskcardsError as exc:
+        return apps.tool_error(exc.message)
+    if outcome.error.startswith("invalid"):
+        return apps.tool_error(outcome.error)  # "invalid: <what is wrong>", as the panel is told
+    ask = outcome.ask
+    structured = {"accepted": outcome.accepted, "status": ask.status, "reason": ask.reason or None}
+    if outcome.error:
+        structured["error"] = outcome.error
+    text = f"ask {ask.id} answered" if outcome.accepted else f"ask {ask.id} was not open: {ask.status} ({ask.reason})"
+    return apps.tool_result(text, structured)
+
+
+async def list_resources(ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None) -> types.ListResourcesResult:
+    return types.ListResourcesResult(resources=[apps.resource()] if shows_apps(ctx) else [])
+
+
+async def read_resource(ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
+    if params.uri == apps.APP_URI and shows_apps(ctx):
+        return apps.read_result()
+    raise _invalid(f"Unknown resource: {params.uri[:200]}")
 
 
 # ---------------------------------------------------------------------------------------- waiting

@@ -7,6 +7,7 @@
 - ``dingtalk`` — the DingTalk tool's list/cancel actions and clicks on its cards (and on the panel).
 - ``agents`` — agents, keys, grants, their event feed, and the platform bots.
 - ``hosts`` — agent hosts' prompts (Claude Code, Codex) as asks, and their decisions.
+- ``host_app`` — the MCP App a host renders: the ask a tool call made, answered there.
 - ``retention`` — batched pruning of old audit rows, delivered outbox events and callback receipts.
 
 Entry points import ``askcards.services`` and call the names below; the modules import one
@@ -65,6 +66,7 @@ from .sessions import (
     session_recover,
     session_upsert,
 )
+from .host_app import HOST_APP_SURFACE, host_app_answer, host_app_ask, host_app_view
 from .hosts import NO_DECISION, host_left, host_progress, host_prompt, host_reply
 from .waiters import (
     WAITER_REFRESH_SECONDS,
@@ -87,5 +89,6 @@ __all__ = [
     "events_acknowledge", "events_retry", "expire_due", "infer_platform", "progress_put", "purge_answers", "parked_wait", "quota_check_ask", "quota_check_parked", "QUOTAS", "agent_quotas_set", "quota_limit",
     "session_bot", "session_cancel_request", "session_check_bot", "session_check_web_user", "session_message", "session_recover",
     "session_upsert", "tool_call", "NO_DECISION", "host_progress", "host_left", "host_prompt", "host_reply",
+    "HOST_APP_SURFACE", "host_app_answer", "host_app_ask", "host_app_view",
     "WAITER_REFRESH_SECONDS", "caller_left", "caller_polled", "waiter_parked", "waiters_alive", "waits_lapsed",
 ]

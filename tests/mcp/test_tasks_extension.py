@@ -30,7 +30,7 @@ def _ask(**filters) -> Ask:
 
 async def test_the_extension_is_advertised_in_its_place(agent_and_key):
     capabilities = (await modern(agent_and_key[1], "server/discover")).result["capabilities"]
-    assert capabilities["extensions"] == {TASKS: {}}
+    assert capabilities["extensions"] == {TASKS: {}, "io.modelcontextprotocol/ui": {}}  # tasks, and MCP Apps
     assert "tasks" not in capabilities  # the 2025-11-25 slot is not this revision's
 
 

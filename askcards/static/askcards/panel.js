@@ -13,28 +13,9 @@
 "use strict";
 
 (function () {
-  // What the person reads when an ask ends without their answer from this page (by reason).
-  const ENDED = {
-    submitted: "已在其他地方作答。",
-    empty: "已在其他地方作答。",
-    completed: "已收齐回应。",
-    timeout: "已超时：未在规定时间内作答。",
-    by_respondent: "已取消。",
-    by_agent: "提问已被智能体取消。",
-    by_operator: "提问已被管理员取消。",
-    session_cancelled: "任务已取消，提问随之取消。",
-    pause_failed: "当前任务未能暂停，此问题已失效。",
-    host_gone: "已在终端处理，或智能体已停止等待。",
-    caller_gone: "智能体已断开，不再等待这个回答。",
-    superseded_by_question: "问题已被新的提问取代。",
-    superseded_by_message: "你发送了新消息，问题已失效。",
-    restart: "服务已重启，原问题上下文已失效。",
-  };
-  const STALE = "问题已失效。";
-  // Submitted, and recorded: that is all the page knows until the agent takes the result.
-  const SUBMITTED = "已提交。";
-  const DELIVERED = "已提交，回答已送达。";
-  const NEED_ANSWER = "请至少选择一项或填写其他";
+  // The texts and the question form shared with the MCP App (questions.js).
+  const { TEXTS, el, when, renderHead, renderQuestion, collectAnswers, setDisabled } = window.askcards;
+  const { ENDED, STALE, SUBMITTED, DELIVERED, ANSWERING, SURFACES } = TEXTS;
   // A DingTalk form: what the person reads after their own response (the card's private texts).
   const RESPONDED = {
     submitted: "你已提交。",
@@ -46,7 +27,6 @@
     not_respondent: "你不是此问题的指定填写人，提交未被记录。",
     already: "你已回应过本次收集，以第一次回应为准。",
   };
-  const SURFACES = { web: "网页", dingtalk: "钉钉卡片", feishu: "飞书卡片" };
   const HISTORY_SIZE = 10;
   const MAX_KNOWN = 50; // ids sent back on reconnect (the URL stays short)
   const RETRY_MIN_MS = 1000;
@@ -69,15 +49,6 @@
   let socket = null;
   let retryMs = RETRY_MIN_MS;
 
-  function el(tag, attrs, text) {
-    const node = document.createElement(tag);
-    for (const [name, value] of Object.entries(attrs || {})) {
-      if (value !== undefined && value !== null && value !== false) node.setAttribute(name, value === true ? "" : value);
-    }
-    if (text !== undefined) node.textContent = text; // never innerHTML: texts come from agents
-    return node;
-  }
-
   function refreshSummary() {
     const open = [...asks.values()].filter((entry) => entry.state !== "done").length + waitingMore;
     empty.hidden = open > 0;
@@ -91,22 +62,7 @@
     connection.textContent = text;
   }
 
-  function when(iso) {
-    return new Date(iso).toLocaleString("zh-CN", { hour12: false });
-  }
-
   // ------------------------------------------------------------------ rendering an ask
-  // Who asks (the agent) and in which conversation, as a person recognises them.
-  function renderHead(id, message) {
-    const head = el("header", { class: "ask-head" });
-    head.append(el("h2", { id: `ask-${id}-title` }, message.agent || "智能体"));
-    const meta = [];
-    if (message.session) meta.push(message.session);
-    if (message.deadline) meta.push(`截止 ${when(message.deadline)}`);
-    head.append(el("p", { class: "meta" }, meta.join(" · ")));
-    return head;
-  }
-
   function renderShell(id, message) {
     const section = el("section", { class: "ask", id: `ask-${id}`, "aria-labelledby": `ask-${id}-title`, "data-request-id": id });
     section.append(renderHead(id, message));
@@ -118,8 +74,8 @@
   function renderAsk(message) {
     const id = message.requestId;
     const { section, form, status } = renderShell(id, message);
-    message.questions.forEach((question, index) => form.append(renderQuestion(id, question, index)));
-    const submit = el("button", { type: "submit", class: "submit" }, "提交");
+    message.questions.forEach((question, index) => form.append(renderQuestion(id, question, index, TEXT_MAX)));
+    const submit = el("button", { type: "submit", class: "submit" }, TEXTS.SUBMIT);
     form.append(submit);
     form.addEventListener("submit", (event) => {
       event.preventDefault();
@@ -129,43 +85,6 @@
     list.append(section);
     asks.set(id, { kind: "questions", section, form, status, questions: message.questions, state: "open", sent: false });
     refreshSummary();
-  }
-
-  function renderQuestion(id, question, index) {
-    const prefix = `${id}-q${index}`;
-    const fieldset = el("fieldset", { class: "question", "aria-describedby": `${prefix}-error` });
-    const legend = el("legend");
-    legend.append(el("span", { class: "header" }, question.header), el("span", { class: "text" }, question.question));
-    fieldset.append(legend);
-    fieldset.append(el("p", { class: "hint" }, question.multiSelect ? "可多选" : "单选"));
-    const type = question.multiSelect ? "checkbox" : "radio";
-    question.options.forEach((option, optionIndex) => {
-      const inputId = `${prefix}-o${optionIndex}`;
-      const row = el("div", { class: "option" });
-      const input = el("input", { type, id: inputId, name: prefix, value: option.label });
-      const label = el("label", { for: inputId }, option.label);
-      row.append(input, label);
-      if (option.description) {
-        input.setAttribute("aria-describedby", `${inputId}-desc`);
-        row.append(el("p", { class: "description", id: `${inputId}-desc` }, option.description));
-      }
-      fieldset.append(row);
-    });
-    const other = el("div", { class: "other" });
-    other.append(
-      el("label", { for: `${prefix}-other` }, "其他（可选）"),
-      // A text area: an answer in one's own words may run to several lines.
-      el("textarea", { id: `${prefix}-other`, name: `${prefix}-other`, rows: "1", maxlength: TEXT_MAX, autocomplete: "off" }),
-    );
-    fieldset.append(other);
-    const error = el("p", { class: "error", id: `${prefix}-error` });
-    error.hidden = true;
-    fieldset.append(error);
-    // Once flagged, the message goes away as soon as the question is answered.
-    fieldset.addEventListener("input", () => {
-      if (fieldset.getAttribute("aria-invalid") === "true") showValidity(fieldset, readQuestion(fieldset).valid);
-    });
-    return fieldset;
   }
 
   // ------------------------------------------------------------------ DingTalk forms
@@ -421,35 +340,8 @@
   }
 
   // ------------------------------------------------------------------ answering
-  function readQuestion(fieldset) {
-    // The Feishu rule: a question is answered by a selection or text in the other box.
-    const selected = [...fieldset.querySelectorAll(".option input:checked")].map((input) => input.value);
-    const custom = fieldset.querySelector(".other textarea").value.trim();
-    return { selected, custom, valid: selected.length > 0 || custom !== "" };
-  }
-
-  function showValidity(fieldset, valid) {
-    const error = fieldset.querySelector(".error");
-    error.hidden = valid;
-    error.textContent = valid ? "" : NEED_ANSWER;
-    if (valid) fieldset.removeAttribute("aria-invalid");
-    else fieldset.setAttribute("aria-invalid", "true");
-  }
-
   function collect(entry) {
-    const answers = [];
-    let firstInvalid = null;
-    entry.form.querySelectorAll("fieldset.question").forEach((fieldset, index) => {
-      const { selected, custom, valid } = readQuestion(fieldset);
-      showValidity(fieldset, valid);
-      if (!valid && !firstInvalid) firstInvalid = fieldset.querySelector("input");
-      answers.push({ question: entry.questions[index].question, selectedLabels: selected, customInput: custom || null });
-    });
-    if (firstInvalid) {
-      firstInvalid.focus();
-      return null;
-    }
-    return answers;
+    return collectAnswers(entry.form, entry.questions);
   }
 
   function submitAsk(id) {
@@ -470,14 +362,7 @@
   }
 
   function setFormDisabled(entry, disabled) {
-    entry.form.querySelectorAll("input, button, select, textarea").forEach((control) => {
-      if (disabled) {
-        control.dataset.wasDisabled = control.disabled ? "1" : "";
-        control.disabled = true;
-      } else {
-        control.disabled = control.dataset.wasDisabled === "1";
-      }
-    });
+    setDisabled(entry.form, disabled);
   }
 
   function finish(id, text, { refinable = false } = {}) {
@@ -500,16 +385,7 @@
   }
 
   function renderSummary(entry) {
-    // What this person answered, as they will remember it (labels, then their own words).
-    const summary = el("dl", { class: "summary" });
-    entry.questions.forEach((question, index) => {
-      const answer = entry.answers[index];
-      // As the server maps it: a single select's own words replace its option; a multi select keeps both.
-      const parts = question.multiSelect || !answer.customInput ? [...answer.selectedLabels] : [];
-      if (answer.customInput) parts.push(answer.customInput);
-      summary.append(el("dt", {}, question.header), el("dd", {}, parts.join("、")));
-    });
-    return summary;
+    return window.askcards.renderSummary(entry.questions, entry.answers);
   }
 
   function answersList(answers) {
@@ -582,7 +458,7 @@
       if (!entry) return;
       if (message.reason === "submitted" && entry.sent) {
         entry.answeredHere = true;
-        finish(message.requestId, entry.delivered ? DELIVERED : entry.state === "sending" ? "已作答。" : SUBMITTED);
+        finish(message.requestId, entry.delivered ? DELIVERED : entry.state === "sending" ? ANSWERING : SUBMITTED);
       } else if (entry.kind === "form" && entry.responded) {
         // Their own response is already shown. An ordinary form ended with it; a collection
         // ends later (everyone responded, the deadline, the initiator): say how.
