@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from django.db.models import QuerySet
+
 from askcards.errors import InvalidInput, NotFound
 from askcards.models import Agent, Ask, Session
 from askcards.surfaces import web
@@ -41,7 +43,7 @@ def _question_texts(questions: Any) -> list[str]:
     return texts
 
 
-def _asks(agent: Agent, session: Session):
+def _asks(agent: Agent, session: Session) -> QuerySet[Ask]:
     return Ask.objects.filter(agent=agent, session=session, tool=ask_user_questions.NAME).select_related("session", "agent")
 
 

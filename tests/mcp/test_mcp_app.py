@@ -2,7 +2,8 @@
 its resource and its app-only tools — served only to a client that declares the extension, on
 each protocol era — and the app's answer racing the other surfaces. Through the real ASGI app.
 
-The app in a real browser, under a host built on the ext-apps bridge: tests/e2e/test_mcp_app_browser.py.
+The app in a real browser, under a host built on the ext-apps bridge: tests/e2e/test_mcp_app_browser.py;
+its attacks (another agent's ask, a forged session id): tests/security/test_mcp_apps.py.
 """
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from channels.db import database_sync_to_async
 
 from askcards import services
 from askcards.models import Ask, AskEvent
-from tests.conftest import QUESTIONS, answer_for, grant
+from tests.conftest import QUESTIONS, answer_for
 from tests.security import mcp_wire as wire
+from tests.security.edge_client import call
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 
@@ -131,23 +133,6 @@ async def test_other_clients_see_no_form_no_resource_and_no_app_tool(era, capabi
     assert (await database_sync_to_async(_ask)(ask_id)).status == "pending"
 
 
-async def test_a_session_id_askcards_did_not_issue_for_this_key_is_404(key, agent_and_key):
-    other_key = (await database_sync_to_async(services.agent_create)(name="agent-c"))[1]
-    theirs = await Client(other_key, wire.LEGACY, DECLARES, query="session=c&platform=web").connect()
-    for forged in ("not-a-session", theirs.session_id):
-        client = Client(key, wire.LEGACY, DECLARES)
-        client.session_id = forged
-        answer = await client.rpc("tools/list")
-        assert answer.status == 404, answer.exchange.body[:300]
-        assert "initialize again" in answer.error["message"]
-    # 2026-07-28 has no sessions: a header there changes nothing.
-    modern = Client(key, wire.MODERN, {})
-    message, headers = wire.request("tools/list", {"_meta": {CAPABILITIES: {}}}, era=wire.MODERN)
-    answer = await wire.post(key, message, version=wire.MODERN, extra=[*headers, ("mcp-session-id", "x")])
-    assert answer.status == 200 and [t["name"] for t in answer.result["tools"]] == ["ask_user_questions"]
-    assert modern.session_id is None
-
-
 # ----------------------------------------------------------------------- the app's tools
 
 
@@ -188,27 +173,6 @@ async def test_answered_on_the_panel_first_the_apps_answer_changes_nothing(key, 
     assert ask.result["answers"][0]["selectedLabels"] == ["PostgreSQL"]
 
 
-async def test_the_app_cannot_see_or_answer_another_agents_or_another_sessions_ask(key, agent, present_session):
-    ask_id = await database_sync_to_async(_pending)(agent, present_session)
-
-    def agent_b():
-        other, other_key = services.agent_create(name="agent-b")
-        grant(other, "alice")
-        return other_key
-
-    other_key = await database_sync_to_async(agent_b)()
-    # Another agent, even naming the same conversation (its own session of that key).
-    theirs = await Client(other_key, wire.LEGACY, DECLARES).connect()
-    # The same agent, another session.
-    elsewhere = await Client(key, wire.MODERN, DECLARES, query="session=web/other&platform=web&web_user=alice").connect()
-    for client in (theirs, elsewhere):
-        assert (await client.call("askcards_app_ask", {"questions": QUESTIONS}))["structuredContent"] == {"ask": None}
-        refused = await client.call("askcards_app_answer", {"askId": ask_id, "answers": answer_for()})
-        assert refused["isError"] is True
-        assert refused["content"][0]["text"] == f"no ask {ask_id} of this agent in this session"
-    assert (await database_sync_to_async(_ask)(ask_id)).status == "pending"
-
-
 BAD_INPUT = [
     ("askcards_app_ask", {}, "questions must be the tool call's questions"),
     ("askcards_app_ask", {"questions": "Which database?"}, "questions must be the tool call's questions"),
@@ -234,3 +198,11 @@ async def test_bad_input_to_an_app_tool_is_a_tool_error_that_says_what_is_wrong(
     assert result["content"][0]["text"].startswith(message), result["content"][0]["text"]
     assert result["structuredContent"] == {"error": result["content"][0]["text"]}
     assert (await database_sync_to_async(_ask)(ask_id)).status == "pending"  # nothing changed
+
+
+async def test_the_apps_session_holds_nothing_to_end_so_delete_is_405(key):
+    client = await Client(key, wire.LEGACY, DECLARES).connect()
+    headers = wire.headers(key, extra=[("mcp-session-id", client.session_id)])
+    ended = await call("DELETE", f"/mcp?{wire.WEB}", headers=headers, body=b"", host="testserver", scheme="http", timeout=10)
+    assert ended.status == 405 and b"Session termination not supported" in ended.body
+    assert (await client.tools())["ask_user_questions"]["_meta"]["ui"] == {"resourceUri": URI}  # still recorded

@@ -103,11 +103,12 @@
     const section = el("section", { class: "ask", "aria-label": args.questions.map((q) => q.header).join("、") });
     const form = el("form", { novalidate: "" });
     args.questions.forEach((question, index) => form.append(renderQuestion("app", question, index, TEXT_MAX)));
-    form.append(el("button", { type: "submit", class: "submit" }, TEXTS.SUBMIT));
-    form.addEventListener("submit", (event) => {
-      event.preventDefault();
-      submit();
-    });
+    // A plain button, not a form submission: a host's sandbox may leave out allow-forms, which
+    // blocks submit events (Chromium: "Blocked form submission ... 'allow-forms' ... not set").
+    const button = el("button", { type: "button", class: "submit" }, TEXTS.SUBMIT);
+    button.addEventListener("click", submit);
+    form.append(button);
+    form.addEventListener("submit", (event) => event.preventDefault());
     const status = el("p", { class: "status", role: "status", "aria-live": "polite", tabindex: "-1" });
     section.append(form, status);
     list.append(section);
@@ -212,8 +213,9 @@
 
   // ------------------------------------------------------------------ start
   function reportSize() {
-    const root = document.documentElement;
-    notify("ui/notifications/size-changed", { width: root.scrollWidth, height: root.scrollHeight });
+    // The content's own height (the document's would never drop below the iframe's).
+    const box = document.body.getBoundingClientRect();
+    notify("ui/notifications/size-changed", { width: Math.ceil(box.width), height: Math.ceil(box.height) });
   }
 
   async function start() {
