@@ -1,7 +1,8 @@
 """The real Claude Code CLI, pinned in tests/hosts/package.json, run offline against a fake API.
 
 - ``binary()``: the native ``claude`` binary, installed with ``npm ci --prefix tests/hosts`` when
-  tests/hosts/node_modules lacks it (bounded; one install at a time across test workers). A test
+  tests/hosts/node_modules lacks it (``tests.npm.ci``: bounded, one install at a time across test
+  workers). A test
   calls it first: it skips (fails under ASKCARDS_REQUIRE_SERVICES=1) when npm is missing or the
   install fails, through ``tests.conftest.require``.
 - ``Host(tmp, api, settings=..., env=...)``: a project dir ``tmp/project`` (its
@@ -24,7 +25,6 @@ only for its postinstall, which copies the same binary over a placeholder. We in
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import functools
 import json
 import os
@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
+from tests import npm
 from tests.hosts.fake_anthropic import FakeAnthropic
 
 HERE = Path(__file__).resolve().parent
@@ -74,25 +75,10 @@ def install() -> tuple[Path | None, str]:
     """(the binary, "") once it is installed at the pinned version, else (None, why not); tried
     once per process."""
     path = binary_path()
-    if path.exists() and _version_of(path) == VERSION:
-        return path, ""
-    npm = shutil.which("npm")
-    if npm is None:
-        return None, f"npm is not installed, so {PACKAGE}@{VERSION} (tests/hosts/package.json) cannot be installed"
-    with open(HERE / ".install.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # another test worker may be installing it right now
-        if not (path.exists() and _version_of(path) == VERSION):
-            try:
-                done = subprocess.run(
-                    [npm, "ci", "--prefix", str(HERE), "--ignore-scripts", "--engine-strict=false",
-                     "--no-audit", "--no-fund", "--loglevel=error"],
-                    capture_output=True, text=True, timeout=INSTALL_TIMEOUT, cwd=HERE,
-                )
-            except subprocess.TimeoutExpired:
-                return None, f"npm ci --prefix tests/hosts did not finish within {INSTALL_TIMEOUT} s"
-            if done.returncode != 0:
-                tail = (done.stderr or done.stdout).strip().splitlines()[-5:]
-                return None, f"npm ci --prefix tests/hosts failed ({done.returncode}): {' | '.join(tail)}"
+    why = npm.ci(HERE, lambda: path.exists() and _version_of(path) == VERSION, what=f"{PACKAGE}@{VERSION}",
+                 timeout=INSTALL_TIMEOUT)
+    if why:
+        return None, why
     if not path.exists():
         return None, f"npm ci --prefix tests/hosts installed no {path.relative_to(HERE)} (platform {_platform_package()})"
     version = _version_of(path)
