@@ -26,7 +26,7 @@ from urllib.parse import quote, urlsplit
 import pytest
 import requests
 
-from tests import serving
+from tests import npm, serving
 from tests.conftest import require
 from tests.e2e.test_panel_browser import QUESTIONS, SEED, _sign_in, browser_page, chromium_path  # noqa: F401
 
@@ -40,9 +40,9 @@ CONTENT_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript", 
 
 @pytest.fixture(scope="module")
 def node_modules():
-    installed = (HOST_DIR / "node_modules" / "@modelcontextprotocol" / "ext-apps").is_dir()
-    require(installed, "the host's packages are not installed (npm ci --prefix tests/e2e/mcp_app --ignore-scripts; "
-                       ".ci/run does it)")
+    why = npm.ci(HOST_DIR, lambda: (HOST_DIR / "node_modules" / "@modelcontextprotocol" / "ext-apps").is_dir(),
+                 what="the MCP Apps host packages")
+    require(not why, why)
     return HOST_DIR / "node_modules"
 
 

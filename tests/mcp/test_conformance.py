@@ -151,13 +151,12 @@ NOT_CLAIMED: dict[str, str] = {
     "caching/sep-2549-prompts-list-caching-hints":
         "the suite is wrong: it calls prompts/list on a server that declares no prompts, where -32601 is the answer "
         "its own stateless scenario requires (sep-2575-discover-capabilities-match-handlers)",
-    "caching/sep-2549-resources-list-caching-hints":
-        "the suite is wrong: it calls resources/list on a server that declares no resources (-32601 is right, as "
-        "for prompts/list)",
     "caching/sep-2549-resources-templates-list-caching-hints":
         "the suite is wrong: it calls resources/templates/list on a server that declares no resources (-32601 is "
         "right)",
-    "caching/sep-2549-resources-read-caching-hints": "askcards offers no resources (the suite skips it)",
+    "caching/sep-2549-resources-read-caching-hints":
+        "askcards lists its one resource (the MCP App) only to clients that declare MCP Apps, which the suite does "
+        "not (it skips the check)",
     "tasks-capability-negotiation/sep-2663-server-rejects-undeclared-client":
         f"{FIXTURE} slow_compute (askcards: tests/mcp/test_tasks_extension.py)",
     "tasks-capability-negotiation/tasks-per-request-meta-opt-in":
