@@ -86,9 +86,9 @@ def web_user_granted(*, agent: Agent, web_user: str) -> bool:
     return agent.web_users.filter(**{get_user_model().USERNAME_FIELD: web_user}).exists()
 
 
-def bot_granted(*, agent: Agent, bot_id: int) -> bool:
-    """Whether an operator granted ``agent`` the bot whose primary key is ``bot_id``."""
-    return agent.bots.filter(pk=bot_id).exists()
+def bot_granted(*, agent_id: int, bot_id: int) -> bool:
+    """Whether an operator granted the agent ``agent_id`` the bot whose primary key is ``bot_id``."""
+    return Agent.bots.through.objects.filter(agent_id=agent_id, bot_id=bot_id).exists()
 
 
 # Platform callbacks name their bot by app id, many times a second, and bots change rarely: each

@@ -27,6 +27,16 @@ request from the module attribute ``daphne.http_protocol.WebRequest``).
   thread pool (``selectors.agent_for_authorization``, the API's own rule); a bad key gets the API's
   401 and the connection is closed. Smaller bodies are read as before and checked by the
   application, so they cost no extra query.
+- Reads: until a request is known not to need a key (another route), its key was checked good,
+  or the application answers it, the connection reads ``KEY_READ_BYTES`` at a time instead of
+  Twisted's 64 KB, so what it has read but not yet passed on when reading is held is small; then
+  it reads 64 KB at a time again (a large body, once its key is good, is not read 4 KB at a time).
+  What an unauthenticated connection can make the server hold on a keyed route is therefore the
+  request line and headers (Twisted: at most ``http.HTTPChannel.totalHeadersSize``, 16 KB, a line
+  at most ``MAX_LENGTH``, 16 KB, at most 500 headers; past that 400 and closed) and a body of at
+  most ``ASKCARDS_PRE_AUTH_BODY_BYTES`` plus one read of ``KEY_READ_BYTES`` — each for at most
+  its timeout — and, while the application answers a request, what the client sent ahead: at
+  most ``KEY_READ_BYTES`` plus one read (``_optimisticEagerReadSize``; Twisted's is 16 KB).
 
 A refused connection is answered, then read for at most ``LINGER_SECONDS`` (what arrives is
 dropped) so that a client still sending its body can read the answer, then closed. Refusals and
@@ -61,6 +71,9 @@ KEYED_PATHS: list[str] = ["/api/v1/", "/mcp", "/hooks/"]
 # over their bodies, so nothing can be checked before the body is read: the limit is small instead.
 ROUTE_BODY_LIMITS: list[tuple[str, int]] = [("/callbacks/feishu/", MAX_CALLBACK_BYTES),
                                             ("/callbacks/dingtalk/", MAX_CALLBACK_BYTES)]
+# How much a connection reads at a time while its request may still be refused for its key (module
+# docstring, "Reads"): a request's headers and a small body still take one or two reads.
+KEY_READ_BYTES = 4096
 LINGER_SECONDS = 2.0  # how long a refused connection is drained so its client can read the answer
 ABORT_SECONDS = 5  # a cut connection that has not closed by then (its client reads nothing) is aborted
 LOG_WINDOW_SECONDS = 10.0
@@ -170,12 +183,16 @@ class GuardedChannel(http.HTTPChannel):
     the application's), "refused" (answered; drained until it closes), "closed"."""
 
     abortTimeout = ABORT_SECONDS
+    # What a client sends ahead while its request is with the application (Twisted: 16 KB) is
+    # buffered up to this before reading pauses: that request's key may not be checked yet.
+    _optimisticEagerReadSize = KEY_READ_BYTES
     _phase = "idle"
     _deadline: Any = None
     _peer: str | None = None
     _counted = False
     _reading_held = False
     _drained = 0
+    _full_read: int | None = None  # the transport's own read size (None: a transport without one, TLS)
 
     # -- the connection's life
     def connectionMade(self):
@@ -192,6 +209,8 @@ class GuardedChannel(http.HTTPChannel):
             self.loseConnection()
             return
         self._count()
+        self._full_read = getattr(self.transport, "bufferSize", None)
+        self.small_reads()
         self._expect("idle", settings.ASKCARDS_HEADER_TIMEOUT)
 
     def dataReceived(self, data):
@@ -221,6 +240,7 @@ class GuardedChannel(http.HTTPChannel):
         if self.persistent and self._phase == "dispatched":
             # Set before Twisted replays pipelined data, which may start the next request at once.
             self._count()
+            self.small_reads()  # the next request carries its own key
             self._expect("idle", settings.ASKCARDS_HEADER_TIMEOUT)
         super().requestDone(request)
 
@@ -229,6 +249,17 @@ class GuardedChannel(http.HTTPChannel):
         self._phase = "closed"
         self._uncount()
         super().connectionLost(reason)
+
+    # -- how much one read takes (Twisted's TCP and UNIX transports read ``bufferSize`` bytes)
+    def small_reads(self) -> None:
+        transport: Any = self.transport
+        if self._full_read is not None and transport is not None:
+            transport.bufferSize = min(self._full_read, KEY_READ_BYTES)
+
+    def full_reads(self) -> None:
+        transport: Any = self.transport
+        if self._full_read is not None and transport is not None:
+            transport.bufferSize = self._full_read
 
     # -- reading held while a key is checked
     def hold_reading(self) -> None:
@@ -263,6 +294,7 @@ class GuardedChannel(http.HTTPChannel):
         self._cancel_deadline()
         self._phase = "refused"  # still counted for its peer while it drains
         self._reading_held = False
+        self.full_reads()  # what is drained is dropped at once
         transport: Any = self.transport
         transport.write(response)
         self._networkProducer.resumeProducing()
@@ -339,8 +371,11 @@ class GuardedRequest(_ORIGINAL_REQUEST):  # type: ignore[misc, valid-type]
             self.content = BytesIO()
             self._refuse_too_large()
             return
+        keyed = is_keyed(path)
+        if not keyed:
+            self.channel.full_reads()
         threshold = settings.ASKCARDS_PRE_AUTH_BODY_BYTES
-        if is_keyed(path) and (length is None or length > threshold):
+        if keyed and (length is None or length > threshold):
             self._key_above = threshold
             self.content = BytesIO()  # the file Twisted would make (a temporary file past 100 KB) once the key is good
             if length is not None:
@@ -358,6 +393,11 @@ class GuardedRequest(_ORIGINAL_REQUEST):  # type: ignore[misc, valid-type]
         super().handleContentChunk(data)
         if self._key_above is not None and not (self.key_pending or self._key_passed) and self._received > self._key_above:
             self._check_key()
+
+    def handle_reply(self, message):
+        if message.get("type") == "http.response.start" and self.channel is not None:
+            self.channel.full_reads()  # the application has judged the request (its key included)
+        return super().handle_reply(message)
 
     def process(self):
         if self.refused:  # the rest of a refused body may still arrive: it is dropped
@@ -396,6 +436,7 @@ class GuardedRequest(_ORIGINAL_REQUEST):  # type: ignore[misc, valid-type]
         super().gotLength(self._length)  # the content file Twisted would have made
         self.content.write(held)
         channel = self.channel
+        channel.full_reads()
         if self.continue_waiting:
             channel._send100Continue()
         channel.release_reading()

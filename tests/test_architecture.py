@@ -50,6 +50,7 @@ RULES = [
 SERVICE_LAYERS = {
     "askcards.services.asks": 0,
     "askcards.services.retention": 0,
+    "askcards.services.grants": 0,
     "askcards.services.waiters": 1,
     "askcards.services.feishu_progress": 1,
     "askcards.services.sessions": 2,

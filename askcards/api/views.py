@@ -101,7 +101,10 @@ class SessionProgressApi(APIView):
     """The Feishu progress card of the session's current run (SPEC §6.1); asks mount on it."""
 
     @schema.operation(
-        "session_progress", {200: s.ProgressOutput}, *schema.BODY, request=s.ProgressInput, when={"not_found": NO_SESSION}
+        "session_progress", {200: s.ProgressOutput}, *schema.BODY, "bot_not_granted", request=s.ProgressInput,
+        when={"not_found": NO_SESSION,
+              "bot_not_granted": "the report would start a new card, and the session's bot is not (or no longer) "
+              "granted to this agent; reports on the card already sent still update it"},
     )
     def put(self, request, session_id: str):
         session = selectors.session_get(agent=request.user, session_ref=session_id)

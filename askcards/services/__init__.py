@@ -6,6 +6,7 @@
 - ``feishu_progress`` — the Feishu progress card's runs and its cancel button.
 - ``dingtalk`` — the DingTalk tool's list/cancel actions and clicks on its cards (and on the panel).
 - ``agents`` — agents, keys, grants, their event feed, and the platform bots.
+- ``grants`` — the bot-grant check wherever something new would go out through a bot.
 - ``hosts`` — agent hosts' prompts (Claude Code, Codex) as asks, and their decisions.
 - ``host_app`` — the MCP App a host renders: the ask a tool call made, answered there.
 - ``retention`` — batched pruning of old audit rows, delivered outbox events and callback receipts.
@@ -52,6 +53,7 @@ from .asks import (
     purge_answers,
 )
 from .dingtalk import DINGTALK_SURFACE, ClickResult, PanelAnswer, dingtalk_callback, dingtalk_click, dingtalk_panel_answer
+from .grants import session_check_bot
 from .feishu_progress import card_delivery_failed, card_touch, progress_put, session_cancel_request
 from .quotas import QUOTAS, agent_quotas_set, parked_wait, quota_check_ask, quota_check_parked, quota_limit
 from .retention import CALLBACK_RECEIPT_TTL, PruneReport, asks_prune, audit_prune, outbox_prune, receipts_prune
@@ -60,7 +62,6 @@ from .sessions import (
     callback_receipt,
     infer_platform,
     session_bot,
-    session_check_bot,
     session_check_web_user,
     session_message,
     session_recover,

@@ -10,6 +10,7 @@ from askcards.errors import InvalidInput
 from askcards.models import Ask, Bot, CardMessage, OutboxEvent, ProgressCard, Session
 
 from .asks import SYSTEM, cancel_open_asks, close
+from .grants import session_check_bot
 
 
 def progress_put(
@@ -29,6 +30,10 @@ def progress_put(
     (``session_cancelled``) and the card renders without forms; the next ``running`` report starts
     a new card. While the person's cancel is pending, reports update the text but the card stays
     cancelled. ``None`` for title, content or detail_url keeps what the run's card shows.
+
+    A new card is a new message to a person through the session's bot: BotNotGranted (and nothing
+    written) when the bot is no longer granted to the agent. Reports on the card already made still
+    update it (a revoke closes nothing already sent).
     """
     if session.platform != Session.Platform.FEISHU:
         raise InvalidInput(f"progress cards are Feishu cards; session {session.id} is a {session.platform} session")
@@ -42,6 +47,7 @@ def progress_put(
     with transaction.atomic():
         card = ProgressCard.objects.select_for_update().runs_of(session.pk).first()
         if card is None or (card.status in ProgressCard.TERMINAL and status not in ProgressCard.TERMINAL):
+            session_check_bot(agent=session.agent, session=session)
             card = ProgressCard.objects.create(
                 session=session, status=status, title=title or "", content=content or "", sender_id=owner,
                 detail_url=detail_url or "", reply_to=reply_to,

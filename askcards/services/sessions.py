@@ -10,11 +10,12 @@ from django.utils import timezone
 
 from askcards import selectors
 from askcards.db import statements
-from askcards.errors import BotNotGranted, InvalidInput, WebUserNotGranted
+from askcards.errors import InvalidInput, WebUserNotGranted
 from askcards.models import Agent, Ask, Bot, Session
 
 from .asks import ask_invalidate
 from .feishu_progress import progress_recovering
+from .grants import bot_not_granted
 
 # Key patterns of the Feishu seed (§4.1): private chats and group workspaces.
 FEISHU_PRIVATE_KEY = re.compile(r"^feishu-(?P<bot>[^-/]+)-private-(?P<user>.+)$")
@@ -66,8 +67,8 @@ def session_upsert(
     if parent is not None and parent.agent_id != agent.id:
         raise InvalidInput("parent must be a session of this agent")
     session_check_web_user(agent=agent, web_user=fields.get("web_user") or "")
-    if bot is not None and not selectors.bot_granted(agent=agent, bot_id=bot.pk):
-        raise _bot_not_granted(agent, bot.app_id)
+    if bot is not None and not selectors.bot_granted(agent_id=agent.pk, bot_id=bot.pk):
+        raise bot_not_granted(agent, bot.app_id)
     values: dict[str, Any] = {name: value for name, value in fields.items() if value is not None}
     if platform is not None:
         values["platform"] = platform
@@ -114,24 +115,9 @@ def session_bot(*, agent: Agent, app_id: str, platform: str | None, key: str) ->
     if platform in Bot.Platform.values:
         bots = bots.filter(platform=platform)
     bot = bots.first()
-    if bot is None or not selectors.bot_granted(agent=agent, bot_id=bot.pk):
-        raise _bot_not_granted(agent, app_id)
+    if bot is None or not selectors.bot_granted(agent_id=agent.pk, bot_id=bot.pk):
+        raise bot_not_granted(agent, app_id)
     return bot
-
-
-def session_check_bot(*, agent: Agent, session: Session) -> None:
-    """Raise BotNotGranted when the session's bot is no longer granted to its agent (revoked after
-    the session was made): new asks are refused; what was already sent stays."""
-    if session.bot_id is not None and not selectors.bot_granted(agent=agent, bot_id=session.bot_id):
-        raise _bot_not_granted(agent, session.bot.app_id if session.bot else str(session.bot_id))
-
-
-def _bot_not_granted(agent: Agent, app_id: str) -> BotNotGranted:
-    command = shlex.join(["python", "manage.py", "askcards_agent", "grant", agent.name, "--bot", app_id])
-    return BotNotGranted(
-        f"agent {agent.name!r} may not use bot {app_id!r}: it was not granted that bot (or no active bot has "
-        f"that id). An operator grants it with `{command}` (or on the agent's admin page)."
-    )
 
 
 def session_check_web_user(*, agent: Agent, web_user: str) -> None:

@@ -21,8 +21,9 @@ from askcards.errors import InvalidInput, UnknownTool
 from askcards.models import Agent, Ask, AskEvent, CardMessage, Respondent, Session
 
 from .asks import SYSTEM, ask_activate, ask_invalidate, audit, close, current_result
+from .grants import session_check_bot
 from .quotas import quota_check_ask
-from .sessions import session_check_bot, session_check_web_user
+from .sessions import session_check_web_user
 
 logger = logging.getLogger(__name__)
 

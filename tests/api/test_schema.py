@@ -201,6 +201,9 @@ def errors(operation: str, method: str, template: str, path: str, w: dict[str, A
             Request(method, path, {**call_body, "session": w["revoked_session"].id}),  # 403 web user
             Request(method, path, {**call_body, "session": w["revoked_bot_session"].id}),  # 403 bot
         ],
+        "session_progress": [  # 403 bot: a new card through a revoked bot
+            Request(method, f"/api/v1/sessions/{w['revoked_bot_session'].id}/progress", {"status": "running"}),
+        ],
         "ask_cancel": [Request(method, f"/api/v1/asks/{w['cancelled'].id}/cancel", {})],  # 409
     }.get(operation, [])
     return failing

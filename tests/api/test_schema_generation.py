@@ -117,7 +117,7 @@ def test_query_parameters_declare_what_is_validated():
 # Operations that answer 403 bot_not_granted, and those that answer 429 quota_exceeded (Retry-After).
 QUOTA = {("post", "/api/v1/tools/call"), ("get", "/api/v1/asks/{ask_id}/wait"), ("post", "/api/v1/asks/{ask_id}/wait"),
          ("get", "/api/v1/events")}
-BOT_GRANT = {("post", "/api/v1/sessions"), ("post", "/api/v1/tools/call")}
+BOT_GRANT = {("post", "/api/v1/sessions"), ("post", "/api/v1/tools/call"), ("put", "/api/v1/sessions/{session_id}/progress")}
 
 
 def test_error_responses_declare_their_codes_and_headers():

@@ -5,11 +5,16 @@ read every body whole (up to 2.5 MB, to a temporary file past 100 KB) before the
 the key: 40 held connections with a wrong key parked 104 MB of temporary files and +100 MB RSS.
 
 Now a keyed body over ASKCARDS_PRE_AUTH_BODY_BYTES (8 KB), or a chunked one once past that, waits
-for the key: a bad key is answered 401 and the connection closed, before the rest is read."""
+for the key: a bad key is answered 401 and the connection closed, before the rest is read. Until
+its key is known good the connection reads 4 KB at a time (serverguard.KEY_READ_BYTES), not
+Twisted's 64 KB: while a key is checked, the server has read at most that much past the headers
+(or past the 8 KB of a chunked body) — measured from the kernel's socket queues while a
+PostgreSQL lock holds the check."""
 from __future__ import annotations
 
 import json
 import re
+import signal
 import socket
 import time
 from pathlib import Path
@@ -17,8 +22,11 @@ from pathlib import Path
 import pytest
 import requests
 
+from askcards.serverguard import KEY_READ_BYTES
 from tests import serving
+from tests.conftest import require_service
 from tests.mcp import support
+from tests.scale import harness
 
 WRONG = "Bearer ak_" + "x" * 43
 MCP_HEADERS = {"content-type": "application/json", "accept": "application/json, text/event-stream",
@@ -213,3 +221,133 @@ def test_held_connections_with_a_wrong_key_cost_the_server_a_few_kb_each(served)
     # each took 2.6 MB of temporary file and its share of 100 MB more RSS.
     per_connection_kb = (rss_held - rss_before) / len(held)
     assert per_connection_kb < 24, f"{rss_held - rss_before} kB for {len(held)} connections"
+
+
+@pytest.mark.parametrize("lines, answered", [
+    ([f"X-Pad-{i}: " + "a" * 6000 for i in range(3)], True),  # 18 KB of headers in all
+    ([f"X-H-{i}: 1" for i in range(501)], True),  # 501 headers
+    (["X-Pad: " + "a" * 17_000], False),  # one line over 16 KB
+], ids=["over-16-kb", "over-500-headers", "a-line-over-16-kb"])
+def test_headers_are_bounded_before_any_key_is_looked_at(served, lines, answered):
+    """What the README states of the headers an unauthenticated client can make the server hold:
+    Twisted's 16 KB of header lines, 500 headers, 16 KB a line."""
+    base = served[0]
+    sock = serving.raw_connection(base)
+    head = "\r\n".join(["POST /api/v1/tools/call HTTP/1.1", "Host: 127.0.0.1", f"Authorization: {WRONG}",
+                         *lines, "Content-Length: 2", "", ""]).encode()
+    try:
+        sock.sendall(head + b"{}")
+    except OSError:
+        pass  # closed while sending: the server stopped reading
+    received = b""
+    try:
+        while piece := sock.recv(4096):
+            received += piece
+    except OSError:
+        pass  # reset: closed with unread data
+    sock.close()
+    if answered:
+        assert received.startswith(b"HTTP/1.1 400 Bad Request"), received[:200]
+    else:
+        assert received == b""
+    assert requests.get(f"{base}/healthz", timeout=10).text == "ok"
+
+
+# ------------------------------------------------------------- what is read while a key is checked
+
+PRE_AUTH_BODY_BYTES = 8192  # the setting's default, which the server below runs with
+BIG_READ = 65536  # Twisted's own read size
+
+
+@pytest.fixture(scope="module")
+def served_on_postgres(tmp_path_factory):
+    """A server on a throwaway PostgreSQL database, whose agents table a test can lock: the server's
+    key check then waits, with reading held, as long as the test wants to look."""
+    require_service("PostgreSQL", harness.PG_HOST, harness.PG_PORT)
+    db = harness.create_database(tmp_path_factory.mktemp("key-first-pg"))
+    try:
+        harness.manage(db, "migrate", "--no-input", "-v", "0", timeout=180)
+        with serving.serve_process(db.env) as (base, server):
+            yield base, server, db
+    finally:
+        harness.drop_database(db.name)
+
+
+def _queues(local_port: int, remote_port: int) -> tuple[int, int]:
+    """(unacknowledged bytes sent, bytes received and not yet read) of the IPv4 TCP socket
+    ``local_port`` → ``remote_port``, from the kernel's table."""
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        local, remote, queues = fields[1], fields[2], fields[4]
+        if int(local.rsplit(":", 1)[1], 16) == local_port and int(remote.rsplit(":", 1)[1], 16) == remote_port:
+            tx, rx = queues.split(":")
+            return int(tx, 16), int(rx, 16)
+    raise AssertionError(f"no TCP socket {local_port} -> {remote_port}")
+
+
+def _push(sock: socket.socket, data: bytes) -> int:
+    """Send as much of ``data`` as the kernel takes without blocking; how much it took."""
+    sock.setblocking(False)
+    taken = 0
+    while taken < len(data):
+        try:
+            taken += sock.send(data[taken:])
+        except BlockingIOError:
+            break
+    return taken
+
+
+CHUNK = b"1000\r\n" + b" " * 4096 + b"\r\n"
+
+
+def _case(kind: str) -> tuple[bytes, bytes, int]:
+    """(head, what follows it, the most the server may have read) of each way to send a body."""
+    if kind == "declared":  # a 2 MB Content-Length: the key is checked at the headers
+        return _request_head("/api/v1/tools/call", WRONG, 2_000_000), b" " * 262_144, KEY_READ_BYTES
+    if kind == "chunked":  # read on until past 8 KB, then one more read at most
+        head = _request_head("/api/v1/tools/call", WRONG, None)
+        return head, CHUNK * 64, len(head) + PRE_AUTH_BODY_BYTES + 4 * (len(CHUNK) - 4096) + KEY_READ_BYTES
+    # A small body, so the application checks the key, and far more sent after it: buffered up to
+    # 4 KB past the request while the application has it, plus the read that passed that.
+    head = _request_head("/api/v1/tools/call", WRONG, 2)
+    return head, b"{}" + b" " * 262_144, len(head) + 2 + 2 * KEY_READ_BYTES
+
+
+@pytest.mark.parametrize("kind", ["declared", "chunked", "sent-ahead"])
+def test_while_a_bad_key_is_checked_the_server_has_read_a_few_kb(served_on_postgres, kind):
+    base, server, db = served_on_postgres
+    server_port = int(base.rsplit(":", 1)[1])
+    head, body, bound = _case(kind)
+
+    lock = db.connect()
+    try:
+        lock.execute("LOCK TABLE askcards_agent IN ACCESS EXCLUSIVE MODE")  # the key check now waits
+        # The request and far more than one big read arrive while the server is stopped, so its
+        # first reads find them all waiting, as they would from a fast client.
+        server.send_signal(signal.SIGSTOP)
+        try:
+            sock = serving.raw_connection(base)
+            taken = _push(sock, head + body)
+            client_port = sock.getsockname()[1]
+            waiting = _queues(server_port, client_port)[1]
+        finally:
+            server.send_signal(signal.SIGCONT)
+        assert waiting > BIG_READ + len(head), f"only {waiting} bytes were waiting: the test shows nothing"
+
+        def read_by_server() -> int:
+            return taken - _queues(client_port, server_port)[0] - _queues(server_port, client_port)[1]
+
+        serving.until(lambda: read_by_server() >= len(head), "the server reading the request's headers")
+        time.sleep(1.0)  # reading is held while the key check waits on the lock: nothing more is read
+        read = read_by_server()
+        with pytest.raises(BlockingIOError):
+            sock.recv(4096)  # no answer yet: the key is still being checked
+        assert len(head) <= read <= bound, f"the server read {read} bytes before the key was checked"
+        assert read_by_server() == read
+    finally:
+        lock.rollback()
+        lock.close()
+    sock.setblocking(True)
+    status, _, answer = _answer(sock)
+    sock.close()
+    assert status == 401 and json.loads(answer)["error"]["code"] == "invalid_key"

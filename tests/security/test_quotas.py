@@ -15,6 +15,8 @@ from datetime import timedelta
 import pytest
 from channels.db import database_sync_to_async
 from django.core.management import call_command
+from django.test import Client
+from prometheus_client.parser import text_string_to_metric_families
 from rest_framework.test import APIClient
 
 from askcards import metrics, services
@@ -52,6 +54,28 @@ def assert_refused(response, quota: str, words: str) -> None:
     assert code == "quota_exceeded"
     assert words in message and "admin page" in message, message
     assert int(response["Retry-After"]) >= 1
+
+
+def mcp_refusal(key: str) -> dict:
+    """An MCP tools/call over a quota: the tool error's JSON (the model reads it)."""
+    answer = asyncio.run(wire.rpc(key, "tools/call", CALL))
+    assert answer.error is None and answer.result["isError"] is True, answer.final
+    return json.loads(answer.result["content"][0]["text"])
+
+
+METRICS_TOKEN = "metrics-token-for-quota-tests-0123"
+
+
+def scraped_refusals(quota: str) -> float:
+    """``askcards_quota_refusals_total{quota}`` as ``GET /metrics`` serves it to a scraper."""
+    response = Client().get("/metrics", HTTP_AUTHORIZATION=f"Bearer {METRICS_TOKEN}")
+    assert response.status_code == 200, response.content[:300]
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(response.content.decode())
+        for sample in family.samples
+        if sample.name == "askcards_quota_refusals_total" and sample.labels == {"quota": quota}
+    )
 
 
 @pytest.fixture
@@ -96,6 +120,32 @@ def test_pending_asks_per_person_protect_each_person_not_the_agent(agent, other_
     assert ask(rest, bobs.id).json()["status"] == "pending"  # another person still gets asked
 
 
+@pytest.mark.django_db(transaction=True)
+def test_over_mcp_the_per_person_refusal_is_the_apis_message(agent_and_key, present_session, rest):
+    agent, key = agent_and_key
+    set_quotas(agent, pending_per_respondent=2, pending_asks=0)
+    for _ in range(2):
+        assert ask(rest, present_session.id).json()["status"] == "pending"
+    before = db_state()
+    refused = ask(rest, present_session.id)
+    assert_refused(refused, "pending_per_respondent", "open asks for 'alice'")
+    text = mcp_refusal(key)
+    assert text == {"error": error_of(refused)[1], "reason": "quota_exceeded",
+                    "retry_after": int(refused["Retry-After"])}
+    assert db_state() == before
+
+
+@pytest.mark.django_db
+def test_a_refusal_counts_on_the_metrics_a_scraper_reads(agent, rest, present_session, settings):
+    settings.ASKCARDS_METRICS_TOKEN, settings.ASKCARDS_METRICS_ALLOW = METRICS_TOKEN, ()
+    set_quotas(agent, pending_per_respondent=1)
+    assert ask(rest, present_session.id).status_code == 200
+    counted = {quota: scraped_refusals(quota) for quota in ("pending_per_respondent", "pending_asks")}
+    assert_refused(ask(rest, present_session.id), "pending_per_respondent", "open asks for 'alice'")
+    assert scraped_refusals("pending_per_respondent") == counted["pending_per_respondent"] + 1
+    assert scraped_refusals("pending_asks") == counted["pending_asks"]  # counted under its own quota only
+
+
 @pytest.mark.django_db
 def test_an_agents_own_limit_overrides_the_default_and_zero_is_no_limit(agent, rest, present_session, settings):
     settings.ASKCARDS_QUOTA_PENDING_ASKS = 1
@@ -124,6 +174,21 @@ def test_creation_rate_is_a_token_bucket_with_retry_after(agent, rest, present_s
         updated_at=AgentRateBucket.objects.get(agent=agent).updated_at - timedelta(seconds=1.1))
     assert ask(rest, present_session.id).status_code == 200
     assert ask(rest, present_session.id).status_code == 429
+
+
+@pytest.mark.django_db(transaction=True)
+def test_over_mcp_the_creation_rate_refusal_is_the_apis_message(agent_and_key, present_session, rest):
+    agent, key = agent_and_key
+    # One token a minute: the bucket stays empty for the whole test, whichever way it asks.
+    set_quotas(agent, asks_per_minute=1, ask_burst=2, pending_asks=0, pending_per_respondent=0)
+    assert [ask(rest, present_session.id).status_code for _ in range(2)] == [200, 200]
+    before = db_state()
+    refused = ask(rest, present_session.id)
+    assert_refused(refused, "asks_per_minute", "quota of 1 asks a minute (bursts of 2)")
+    text = mcp_refusal(key)
+    assert text["error"] == error_of(refused)[1] and text["reason"] == "quota_exceeded"
+    assert 1 <= text["retry_after"] <= 60
+    assert db_state() == before
 
 
 @pytest.mark.django_db

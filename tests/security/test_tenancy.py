@@ -7,12 +7,16 @@
 - A bot is granted to agents (``askcards_agent grant NAME --bot APP_ID``, admin): an ungranted or
   unknown bot is 403 ``bot_not_granted`` naming the grant command, with nothing written, on
   ``POST /api/v1/sessions`` and in an MCP URL. Revoking closes nothing already sent (the card stays
-  answerable, a retried ``call_id`` returns its ask) but refuses new asks.
+  answerable, a retried ``call_id`` returns its ask) but refuses new asks — and every other new
+  message through the bot: a new Feishu progress card (``PUT …/progress``, an agent host's hook)
+  is 403 ``bot_not_granted`` with nothing written, and a card queued before the revoke but never
+  sent is not sent (its asks fail ``delivery_failed``), while the card already sent is still updated.
 """
 from __future__ import annotations
 
 import asyncio
 import io
+import json
 from urllib.parse import urlencode
 
 import pytest
@@ -20,10 +24,14 @@ from django.core.management import call_command
 from rest_framework.test import APIClient
 
 from askcards import services
-from askcards.models import Agent, Ask, Session
+from askcards.models import Agent, Ask, CardMessage, ProgressCard, Session
 from tests.api.conftest import db_state, error_of, send
 from tests.dingtalk.integration import QUESTIONS, TOOL, click, make_bot
 from tests.fakes.dingtalk import FakeDingTalk
+from tests.fakes.feishu import FakeFeishu
+from tests.feishu.integration import converge
+from tests.hosts.test_claude_code_hook import BASH
+from tests.hosts.test_claude_code_hook import _post as hook_post
 from tests.security import mcp_wire as wire
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -214,3 +222,89 @@ def test_an_unknown_tool_names_the_sessions_own_tools(world):
     assert code == "unknown_tool"
     assert "this session's tools are: dingtalk_ask_user_question" in message
     assert "ask_user_questions" not in message  # a DingTalk session has no Feishu/web tool
+
+
+# ------------------------------------------------------------------ Feishu cards after a revoke
+
+FEISHU_QUESTIONS = [{"question": "Ship it?", "header": "Ship", "options": [{"label": "Yes"}, {"label": "No"}]}]
+
+
+@pytest.fixture
+def feishu(settings):
+    """agent-one, granted a Feishu bot on the fake Feishu server, with a private chat on it."""
+    settings.ASKCARDS_SURFACES = ["askcards.surfaces.feishu.surface.FeishuSurface"]
+    with FakeFeishu() as fake:
+        bot = services.bot_add(platform="feishu", app_id=fake.app_id, app_secret=fake.app_secret,
+                               base_url=fake.base_url)
+        agent, key = services.agent_create(name="agent-one", bots=[bot])
+        client = rest(key)
+        chat = f"feishu-{bot.app_id}-private-ou_alice"
+        response = send(client, "POST", "/api/v1/sessions", {"key": chat, "bot": bot.app_id})
+        assert response.status_code == 201, response.content
+        yield {"fake": fake, "bot": bot, "agent": agent, "key": key, "client": client,
+               "session": Session.objects.get(agent=agent, key=chat)}
+
+
+def progress(world, status: str, **body):
+    return send(world["client"], "PUT", f"/api/v1/sessions/{world['session'].id}/progress", {"status": status, **body})
+
+
+def sent_cards(fake) -> int:
+    return len(fake.calls("POST", "/open-apis/im/v1/messages"))
+
+
+def revoke(world) -> None:
+    call_command("askcards_agent", "revoke", world["agent"].name, "--bot", world["bot"].app_id, stdout=io.StringIO())
+
+
+def test_a_revoked_bot_sends_no_new_progress_card_but_still_updates_the_one_sent(feishu):
+    assert progress(feishu, "running", title="Deploy").status_code == 200
+    converge()
+    assert sent_cards(feishu["fake"]) == 1
+    revoke(feishu)
+
+    # The card already sent: its reports (and an agent's restart) still update it, to the end of its run.
+    assert progress(feishu, "running", content="step 2").status_code == 200
+    assert send(feishu["client"], "POST", f"/api/v1/sessions/{feishu['session'].id}/recover").status_code == 200
+    assert ProgressCard.objects.get(session=feishu["session"]).status == "recovering"
+    assert progress(feishu, "completed", content="done").status_code == 200
+    converge()
+    (message,) = feishu["fake"].messages.values()
+    assert "done" in json.dumps(message.card, ensure_ascii=False)
+
+    # A new run would be a new card, a new message to alice through the bot: refused, nothing written.
+    before = db_state(), list(ProgressCard.objects.values_list("id", "status")), CardMessage.objects.count()
+    for body in ({}, {"reply_to": message.message_id}):
+        code, text = error_of(progress(feishu, "running", title="Again", **body), 403)
+        assert code == "bot_not_granted" and grant_command("agent-one", feishu["bot"].app_id) in text
+    assert (db_state(), list(ProgressCard.objects.values_list("id", "status")), CardMessage.objects.count()) == before
+    converge()
+    assert sent_cards(feishu["fake"]) == 1
+
+
+def test_an_agent_hosts_hook_starts_no_card_through_a_revoked_bot(feishu):
+    """The hook URL names the session only (no ``bot=``, which would be checked first): a tool event
+    or a prompt would start a card of its own on the session's bot."""
+    revoke(feishu)
+    before = db_state(), ProgressCard.objects.count(), CardMessage.objects.count()
+    url = f"/hooks/claude-code?session={feishu['session'].key}"
+    for event in ({**BASH, "hook_event_name": "PreToolUse"}, BASH):  # a tool event, a permission prompt
+        response = asyncio.run(hook_post(url, feishu["key"], event).get_response(timeout=10))
+        assert response["status"] == 403, response["body"]
+        assert json.loads(response["body"])["error"]["code"] == "bot_not_granted"
+    assert (db_state(), ProgressCard.objects.count(), CardMessage.objects.count()) == before
+    converge()
+    assert sent_cards(feishu["fake"]) == 0
+
+
+def test_a_card_queued_before_the_revoke_is_never_sent_and_its_asks_fail(feishu):
+    assert progress(feishu, "running", title="Deploy").status_code == 200  # queued; the worker has not run
+    body = {"session": feishu["session"].id, "name": "ask_user_questions", "arguments": {"questions": FEISHU_QUESTIONS}}
+    asked = send(feishu["client"], "POST", "/api/v1/tools/call", body).json()
+    assert asked["status"] == "pending", asked
+    revoke(feishu)
+    converge()
+    assert sent_cards(feishu["fake"]) == 0
+    assert status_of(asked["ask"]["id"]) == ("failed", "delivery_failed")
+    message = CardMessage.objects.get(progress_card__session=feishu["session"])
+    assert message.message_id == "" and "no longer granted" in message.last_error

@@ -11,7 +11,8 @@ worker's card-sync lane then sends or PATCHes the card, rendered from the latest
 - a change during a push leaves ``version`` ahead, so one more push follows — clicker and group
   converge on the same final card;
 - failures back off (honouring Feishu's ``x-ogw-ratelimit-reset``) and retry; a card that cannot
-  be sent at all fails the asks shown nowhere else with ``delivery_failed``;
+  be sent at all fails the asks shown nowhere else with ``delivery_failed`` — so does a card still
+  unsent when its bot's grant to the session's agent was revoked (a sent one is still PATCHed);
 - the card JSON itself is not stored (``CardMessage.pushed`` stays empty for Feishu): it is
   rendered again from the state whenever needed, and up to 30 KB per PATCH is not worth writing.
 """
@@ -24,6 +25,7 @@ from django.conf import settings
 from django.db.models import Prefetch, QuerySet
 from django.utils import timezone
 
+from askcards import selectors
 from askcards.db import statements
 from askcards.models import Ask, Bot, CardMessage, ProgressCard, Session
 from askcards.surfaces import sync
@@ -152,6 +154,12 @@ def sync_message(message: CardMessage, report: SyncReport, *, now: datetime | No
     version = message.version  # read before rendering: the render is at least this new
     card = message.progress_card
     assert card is not None  # a progress card's message (sync_due reads no other)
+    if not message.message_id and not selectors.bot_granted(agent_id=card.session.agent_id, bot_id=message.bot_id):
+        # Queued before the bot was revoked, never sent: a revoke refuses every new message.
+        error = f"bot {message.bot.app_id} is no longer granted to the session's agent: the card was not sent"
+        sync.card_push_failed(message, error, version=version, started=timezone.now(), gave_up=True)
+        report.unsent_progress_cards.append((card.pk, error))
+        return True
     # The session's pending asks, as sync_due's Prefetch(to_attr=) attached them.
     rendered = render(card, card.session.pending)  # type: ignore[attr-defined]
     started = timezone.now()
