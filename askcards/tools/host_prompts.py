@@ -93,6 +93,12 @@ def diff(old: str, new: str, limit: int = EXCERPT_CHARS) -> str:
     return f"{excerpt(removed, limit // 2)}\n{excerpt(added, limit // 2)}"
 
 
+def _listed(value: Any) -> list[Any]:
+    """A host's list as a list; anything else (a number, a text, an object where a list belongs) as
+    no items: the event's shape is the host's, never trusted."""
+    return value if isinstance(value, list) else []
+
+
 def _arguments(value: Any) -> str:
     return excerpt(json.dumps(value, ensure_ascii=False, indent=1, sort_keys=True))
 
@@ -110,8 +116,8 @@ def describe_tool(tool_name: str, tool_input: dict[str, Any]) -> str:
     if tool_name == "Edit":
         every = "（全部替换）" if tool_input.get("replace_all") else ""
         return f"编辑文件{every}：{text('file_path')}\n{diff(text('old_string'), text('new_string'))}"
-    if tool_name == "MultiEdit":
-        edits = [e for e in tool_input.get("edits") or [] if isinstance(e, dict)]
+    edits = tool_input.get("edits")
+    if tool_name == "MultiEdit" and isinstance(edits, list) and all(isinstance(e, dict) for e in edits):
         share = EXCERPT_CHARS // max(1, min(len(edits), 4))
         shown = [diff(str(e.get("old_string", "")), str(e.get("new_string", "")), share) for e in edits[:4]]
         more = f"\n…（另有 {len(edits) - 4} 处）" if len(edits) > 4 else ""
@@ -139,21 +145,40 @@ def context_line(host: str, cwd: str, session_id: str) -> str:
     return " · ".join(parts)
 
 
-def describe_suggestions(suggestions: list[Any]) -> str:
-    """本会话内允许's description: the rules it adds, in the host's own words."""
-    rules = []
+def describe_suggestions(suggestions: list[Any]) -> str | None:
+    """本会话内允许's description: the rules it adds, in the host's own words; None when one of
+    them is not of a shape askcards can put in words (then the option is not offered: nobody
+    allows for a whole session what they could not read)."""
+    said: list[str] = []
     for item in suggestions:
-        if isinstance(item, dict):
-            for rule in item.get("rules") or []:
-                if isinstance(rule, dict) and rule.get("toolName"):
-                    content = rule.get("ruleContent")
-                    rules.append(f"{rule['toolName']}({content})" if content else str(rule["toolName"]))
-            if item.get("type") == "setMode" and item.get("mode"):
-                rules.append(f"模式 {item['mode']}")
-            if item.get("type") == "addDirectories":
-                rules.extend(f"目录 {d}" for d in item.get("directories") or [])
-    said = "、".join(rules) if rules else "同类操作"
-    return excerpt(f"本会话内不再询问：{said}", DESCRIPTION_MAX)
+        said_of = _suggestion_words(item if isinstance(item, dict) else {})
+        if not said_of:
+            return None
+        said += said_of
+    return excerpt(f"本会话内不再询问：{'、'.join(said)}", DESCRIPTION_MAX) if said else None
+
+
+def _suggestion_words(item: dict[str, Any]) -> list[str]:
+    """What one permission update does, in words; [] for one of another shape."""
+    kind = item.get("type")
+    if kind in ("addRules", "replaceRules"):
+        rules = _listed(item.get("rules"))
+        readable = [rule for rule in rules if isinstance(rule, dict) and _words(rule.get("toolName"))
+                    and (rule.get("ruleContent") is None or _words(rule.get("ruleContent")))]
+        if len(readable) != len(rules):
+            return []
+        return [f"{rule['toolName']}({rule['ruleContent']})" if rule.get("ruleContent") else rule["toolName"]
+                for rule in readable]
+    if kind == "setMode" and _words(item.get("mode")):
+        return [f"模式 {item['mode']}"]
+    directories = _listed(item.get("directories"))
+    if kind == "addDirectories" and all(_words(d) for d in directories):
+        return [f"目录 {d}" for d in directories]
+    return []
+
+
+def _words(value: Any) -> bool:
+    return isinstance(value, str) and bool(value.strip())
 
 
 def approval(*, host: str, tool_name: str, tool_input: dict[str, Any], cwd: str, session_id: str,
@@ -168,10 +193,11 @@ def approval(*, host: str, tool_name: str, tool_input: dict[str, Any], cwd: str,
         {"label": ALLOW, "description": "只允许这一次"},
         {"label": DENY, "description": "可在「其他」里写明理由，智能体会读到"},
     ]
-    if suggestions:
-        options.append({"label": ALLOW_SESSION, "description": describe_suggestions(suggestions)})
+    described = describe_suggestions(suggestions) if suggestions else None
+    if described is not None:
+        options.append({"label": ALLOW_SESSION, "description": described})
     return Prompt(kind="permission", questions=[{"question": question, "header": HEADER, "options": options}],
-                  audit=audit, tool_input=tool_input, suggestions=suggestions or None)
+                  audit=audit, tool_input=tool_input, suggestions=suggestions if described is not None else None)
 
 
 def host_questions(*, host: str, questions: Any, cwd: str, session_id: str, tool_input: dict[str, Any],
@@ -282,7 +308,7 @@ def _question(wanted: Field, schema: dict[str, Any]) -> dict[str, Any]:
     else:
         options = [{"label": WRITE, "description": "在「其他」中写下回答"},
                    {"label": EMPTY, "description": "使用默认值" if wanted.default not in (None, "") else "不填写"}]
-    return {"question": text[:QUESTION_MAX], "header": excerpt(title, HEADER_MAX - 1) if len(title) > HEADER_MAX else title,
+    return {"question": text[:QUESTION_MAX], "header": title if len(title) <= HEADER_MAX else title[:HEADER_MAX - 1] + "…",
             "options": options, "multiSelect": wanted.kind == "choices"}
 
 
