@@ -120,6 +120,19 @@ def decision(prompt: Prompt, answer: Answer) -> dict[str, Any]:
     return _output({"behavior": "deny", "message": deny_message(text, answer)})
 
 
+# Endings where the person (or an operator for them) dismissed the form: an elicitation is answered
+# ``cancel`` (the MCP server reads "dismissed without a choice"; Claude Code shows no dialog of its
+# own). Every other ending — the host stopped waiting, the deadline — is no decision.
+DISMISSED = ("by_respondent", "by_operator", "session_cancelled")
+
+
+def ended(prompt: Prompt, reason: str) -> dict[str, Any]:
+    """The host's reply when the prompt's ask ended without an answer (``reason``)."""
+    if prompt.kind == "elicitation" and reason in DISMISSED:
+        return {"hookSpecificOutput": {"hookEventName": ELICITATION, "action": "cancel"}}
+    return {}
+
+
 def deny_message(text: str, answer: Answer) -> str:
     where = f" on {answer.surface}" if answer.surface else ""
     said = f"The user denied this{where} (askcards)"

@@ -13,7 +13,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import answer_checks
 from .ask_user_questions import INPUT_SCHEMA
+from .base import AnswerRefused
 
 ALLOW = "允许"
 DENY = "拒绝"
@@ -64,6 +66,7 @@ class Prompt:
     host_questions: tuple[str, ...] = ()  # "questions": the host's own question texts, by position
     suggestions: list[Any] | None = None  # "permission": what 本会话内允许 answers with
     fields: tuple["Field", ...] = ()  # "elicitation": the requested schema's properties, by question
+    checks: tuple[dict[str, Any] | None, ...] = ()  # "elicitation": each question's answer_checks rules
 
 
 @dataclass(frozen=True)
@@ -233,17 +236,22 @@ def answers_by_question(prompt: Prompt, answer: Answer) -> dict[str, str]:
 # ask_user_questions: one question per property, and a last one, 回应, to submit or decline. A
 # choice (``enum``, ``oneOf`` of ``const``/``title``, an array of those: several) is options; a
 # boolean is 是 / 否; text and numbers are written in 其他 (the options say so, and 留空 leaves an
-# optional one out). At most MAX_FIELDS properties and four choices each: a larger form is not
-# asked here (the host shows its own).
+# optional one out). Each question carries its property's rules (``answer_checks``: required, a
+# number's bounds, an integer, a text's length and format, how many of a multi-select), checked
+# when the person submits on any surface. The form's size is the surface's: Feishu and the panel
+# hold ask_user_questions' four questions (three properties and 回应) of two to four options each,
+# a DingTalk form card up to ten questions and any number of options; a schema larger than the
+# session's surface holds is not asked here (no decision: the host asks in its own dialog).
 
 SUBMIT = "提交"
 DECLINE = "拒绝提供"
 YES, NO = "是", "否"
 WRITE = "填写（写在「其他」里）"
 EMPTY = "留空"
-MAX_FIELDS = 3
+MAX_FIELDS = 20  # beyond any surface's form: not asked (the DingTalk form's 20 fields hold 9)
+MAX_CHOICES = 50
 HEADER_MAX = _ITEM["header"]["maxLength"]
-TEXT_TYPES = ("string", "number", "integer")
+TEXT_TYPES = answer_checks.TEXT_KINDS
 
 
 @dataclass(frozen=True)
@@ -255,6 +263,11 @@ class Field:
     labels: tuple[tuple[str, Any], ...] = ()  # choice(s): label -> value
     required: bool = False
     default: Any = None
+    check: dict[str, Any] = field(default_factory=dict)  # its answer_checks rules
+
+    @property
+    def defaulted(self) -> bool:
+        return self.default not in (None, "", [])
 
 
 def _choices(schema: dict[str, Any]) -> list[tuple[str, Any]] | None:
@@ -272,108 +285,130 @@ def _field(name: str, schema: Any, required: bool) -> Field:
     if not isinstance(schema, dict):
         raise HostEventError(f"requested_schema.properties.{name} must be an object")
     kind = schema.get("type")
+    found: list[tuple[str, Any]] | None
     if kind == "array":
         items = schema.get("items")
         found = _choices(items) if isinstance(items, dict) else None
         if found is None:
             raise HostEventError(f"requested_schema.properties.{name}: an array must list its choices (items.enum)")
-        return Field(name, "choices", tuple(found), required, schema.get("default"))
-    found = _choices(schema)
-    if found is not None:
-        return Field(name, "choice", tuple(found), required, schema.get("default"))
-    if kind == "boolean":
-        return Field(name, "boolean", ((YES, True), (NO, False)), required, schema.get("default"))
-    if kind in TEXT_TYPES:
-        return Field(name, kind, (), required, schema.get("default"))
-    raise HostEventError(f"requested_schema.properties.{name}: type {kind!r} cannot be asked as a form here")
+        kind = "choices"
+    elif (found := _choices(schema)) is not None:
+        kind = "choice"
+    elif kind == "boolean":
+        found = [(YES, True), (NO, False)]
+    elif kind not in TEXT_TYPES:
+        raise HostEventError(f"requested_schema.properties.{name}: type {kind!r} cannot be asked as a form here")
+    title = str(schema.get("title") or "").strip() or name
+    default = schema.get("default")
+    check: dict[str, Any] = {"title": excerpt(title, 60), "kind": kind, "required": required,
+                             "default": default not in (None, "", [])}
+    if found:
+        check["labels"] = [excerpt(label, 200) for label, _ in found]
+    else:
+        check["empty"] = EMPTY
+    if schema.get("format") in answer_checks.FORMATS and kind == "string":
+        check["format"] = schema["format"]
+    for key, valid in (("minimum", answer_checks.bound), ("maximum", answer_checks.bound),
+                       ("minLength", answer_checks.count), ("maxLength", answer_checks.count),
+                       ("minItems", answer_checks.count), ("maxItems", answer_checks.count)):
+        if valid(schema.get(key)) is not None:
+            check[key] = schema[key]
+    return Field(name, str(kind), tuple(found or ()), required, default, check)
 
 
 def _question(wanted: Field, schema: dict[str, Any]) -> dict[str, Any]:
-    title = str(schema.get("title") or wanted.name)
+    """The property's question: its title, description and every rule the answer must keep."""
+    title, check = wanted.check["title"], wanted.check
     notes = [str(schema.get("description") or "")]
-    if schema.get("format"):
+    if "format" in check:
+        notes.append(f"格式：{answer_checks.FORMAT_HINT[check['format']]}")
+    elif schema.get("format"):
         notes.append(f"格式：{schema['format']}")
     if wanted.kind in ("number", "integer"):
-        bounds = [f"≥ {schema['minimum']}" if "minimum" in schema else "", f"≤ {schema['maximum']}" if "maximum" in schema else ""]
-        notes.append("数字" + (f"（{' '.join(b for b in bounds if b)}）" if any(bounds) else ""))
-    if wanted.default not in (None, ""):
+        bounds = [f"≥ {check['minimum']}" if "minimum" in check else "", f"≤ {check['maximum']}" if "maximum" in check else ""]
+        said = "整数" if wanted.kind == "integer" else "数字"
+        notes.append(said + (f"（{' '.join(b for b in bounds if b)}）" if any(bounds) else ""))
+    for low, high, unit, what in (("minLength", "maxLength", "个字", "长度"), ("minItems", "maxItems", "项", "可选")):
+        if low in check or high in check:
+            notes.append(what + " " + "，".join(
+                ([f"至少 {check[low]} {unit}"] if low in check else []) + ([f"至多 {check[high]} {unit}"] if high in check else [])))
+    if wanted.defaulted:
         notes.append(f"默认：{wanted.default}")
     notes.append("必填" if wanted.required else "可不填")
     text = f"{title}\n" + "；".join(n for n in notes if n)
     if wanted.labels:
-        if not 2 <= len(wanted.labels) <= 4:
-            raise HostEventError(f"requested_schema.properties.{wanted.name} offers {len(wanted.labels)} choices; "
-                                 "a form here holds 2 to 4")
-        options = [{"label": excerpt(label, 200), "description": ""} for label, _ in wanted.labels]
+        options = [{"label": label, "description": ""} for label in check["labels"]]
     else:
         options = [{"label": WRITE, "description": "在「其他」中写下回答"},
-                   {"label": EMPTY, "description": "使用默认值" if wanted.default not in (None, "") else "不填写"}]
+                   {"label": EMPTY, "description": "使用默认值" if wanted.defaulted else "不填写"}]
     return {"question": text[:QUESTION_MAX], "header": title if len(title) <= HEADER_MAX else title[:HEADER_MAX - 1] + "…",
             "options": options, "multiSelect": wanted.kind == "choices"}
 
 
+RESPONSE_QUESTION = {"question": "提交这些回答，还是拒绝提供？", "header": "回应",
+                     "options": [{"label": SUBMIT, "description": ""}, {"label": DECLINE, "description": ""}]}
+RESPONSE_CHECK = {"role": answer_checks.RESPONSE, "decline": DECLINE}
+
+
 def elicitation(*, host: str, server: str, message: str, schema: Any, cwd: str, session_id: str,
-                audit: dict[str, Any]) -> Prompt:
-    """An MCP server's elicitation as a form; HostEventError for a schema it cannot hold."""
+                audit: dict[str, Any]) -> Prompt | None:
+    """An MCP server's elicitation as a form; HostEventError for a schema that is not one (not an
+    object of flat properties of the kinds a form asks); None for a valid one larger than any
+    surface here shows (no decision)."""
     if not isinstance(schema, dict) or not isinstance(schema.get("properties"), dict):
         raise HostEventError("requested_schema must be an object schema with properties")
     listed = schema.get("required")
     required: list[Any] = listed if isinstance(listed, list) else []
     properties = schema["properties"]
-    if not 1 <= len(properties) <= MAX_FIELDS:
-        raise HostEventError(f"requested_schema has {len(properties)} properties; a form here asks 1 to {MAX_FIELDS}")
+    if not properties:
+        raise HostEventError("requested_schema has no properties: there is nothing to ask")
+    if len(properties) > MAX_FIELDS:
+        return None
     fields = [_field(str(name), value, name in required) for name, value in properties.items()]
+    if any(len(wanted.labels) > MAX_CHOICES for wanted in fields):
+        return None
     questions = [_question(wanted, properties[wanted.name]) for wanted in fields]
     head = f"{context_line(host, cwd, session_id)} · MCP {excerpt(server, 60)}\n{excerpt(message, 600)}\n\n"
     questions[0]["question"] = (head + questions[0]["question"])[:QUESTION_MAX]
-    questions.append({"question": "提交这些回答，还是拒绝提供？", "header": "回应",
-                      "options": [{"label": SUBMIT, "description": ""}, {"label": DECLINE, "description": ""}]})
-    return Prompt(kind="elicitation", questions=questions, audit=audit, fields=tuple(fields))
+    questions.append(dict(RESPONSE_QUESTION))
+    checks = (*(wanted.check for wanted in fields), RESPONSE_CHECK)
+    return Prompt(kind="elicitation", questions=questions, audit=audit, fields=tuple(fields), checks=checks)
 
 
 def elicitation_content(prompt: Prompt, answer: Answer) -> tuple[str, dict[str, Any] | None]:
     """(``accept`` with the content, ``decline``) for the person's answer, or ("", None) when it
-    does not make a valid content (a required wanted left out, a number that is not one): then no
-    decision, and the host asks in its own dialog."""
+    does not make a valid content (every surface refuses such a submit: this only guards an answer
+    recorded otherwise); then no decision, and the host asks in its own dialog."""
     items = answer.answers
     last = items[len(prompt.fields)] if len(items) > len(prompt.fields) else {}
     if DECLINE in (last.get("selectedLabels") or []):
         return "decline", None
-    content: dict[str, Any] = {}
-    for wanted, item in zip(prompt.fields, items):
-        labels = [str(label) for label in item.get("selectedLabels") or []]
-        text = str(item.get("customInput") or "").strip()
-        value: Any = None
-        if wanted.labels:
-            mapping = dict(wanted.labels)
-            chosen = [mapping[label] for label in labels if label in mapping]
-            value = chosen if wanted.kind == "choices" else (chosen[0] if chosen else None)
-            if wanted.kind == "choices" and not chosen:
-                value = None
-        elif text:
-            value = _typed(wanted, text)
-            if value is None:
-                return "", None
-        elif wanted.default not in (None, ""):
-            value = wanted.default
-        if value is None:
-            if wanted.required:
-                return "", None
-            continue
-        content[wanted.name] = value
+    given = [([str(label) for label in item.get("selectedLabels") or []], str(item.get("customInput") or "").strip())
+             for item in items[:len(prompt.fields)]]
+    try:
+        answer_checks.enforce([wanted.check for wanted in prompt.fields], given)
+        content: dict[str, Any] = {}
+        for wanted, (labels, text) in zip(prompt.fields, given):
+            value = _value(wanted, labels, text)
+            if value is not None:
+                content[wanted.name] = value
+    except AnswerRefused:
+        return "", None
+    if len(given) < len(prompt.fields):
+        return "", None
     return "accept", content
 
 
-def _typed(wanted: Field, text: str) -> Any:
-    if wanted.kind == "integer":
-        return int(text) if text.lstrip("-").isdigit() else None
-    if wanted.kind == "number":
-        try:
-            number = float(text)
-        except ValueError:
-            return None
-        return number if number == number and abs(number) != float("inf") else None
-    return text
+def _value(wanted: Field, labels: list[str], text: str) -> Any:
+    """The property's value from its answer (already checked), None when it is left out."""
+    if wanted.labels:
+        mapping = dict(zip(wanted.check["labels"], (value for _, value in wanted.labels)))
+        chosen = [mapping[label] for label in labels if label in mapping]
+        if chosen:
+            return chosen if wanted.kind == "choices" else chosen[0]
+    elif text:
+        return answer_checks.value_of(wanted.check, text)
+    return wanted.default if wanted.defaulted else None
 
 
 # ------------------------------------------------------------------------------- DingTalk forms
@@ -402,6 +437,15 @@ def dingtalk_form(prompt: Prompt) -> dict[str, Any]:
     description = "\n\n".join(str(q["question"]) for q in prompt.questions)
     title = str(prompt.questions[0].get("header") or HEADER)
     return {"title": title, "description": excerpt(description, 3000), "fields": fields}
+
+
+def dingtalk_checks(prompt: Prompt) -> list[dict[str, Any] | None]:
+    """The answer checks of ``dingtalk_form``'s fields: each question's on its choice field, read
+    with the words of its 其他 box; none on the boxes themselves."""
+    checks: list[dict[str, Any] | None] = []
+    for index, check in enumerate(prompt.checks):
+        checks += [{**check, "other": f"q{index}_other"} if check else None, None]
+    return checks
 
 
 def answers_from_form(prompt: Prompt, form_answers: Any) -> list[dict[str, Any]]:

@@ -96,3 +96,19 @@ async def test_every_rule_claude_code_suggests_is_named_on_the_option(present): 
     ask, _ = await _decided(key, {**BASH, "permission_suggestions": suggestions}, [["拒绝"]])
     assert ask.questions[0]["options"][2] == {
         "label": "本会话内允许", "description": "本会话内不再询问：目录 /srv/shop、模式 acceptEdits、Bash(make:*)、Read"}
+
+
+async def test_no_model_can_set_or_loosen_an_answers_rules(present):  # noqa: F811
+    """The rules an elicitation puts on its answers are set by askcards from the host's event: a
+    model's ask_user_questions (or dingtalk_ask_user_question) arguments have no place for them."""
+    agent, _ = present
+    from askcards import services
+    from tests.conftest import QUESTIONS
+
+    session = await database_sync_to_async(services.session_upsert)(
+        agent=agent, key="web/alice", platform="web", web_user="alice", user_id="alice")
+    forged = [{**QUESTIONS[0], "check": {"kind": "integer", "title": "x", "required": False}}]
+    outcome = await database_sync_to_async(services.tool_call)(
+        agent=agent, session=session[0], name="ask_user_questions", arguments={"questions": forged})
+    assert outcome.ask is None and "check" in outcome.tool_result
+    assert await database_sync_to_async(Ask.objects.count)() == 0

@@ -60,6 +60,7 @@ TOAST_SUBMITTED = "已提交"
 TOAST_STALE = "问题已失效"
 TOAST_NOT_SENDER = "仅消息发送者可操作"
 TOAST_BLANK = "请至少选择一项或填写其他"
+TOAST_REFUSED = "提交未被记录：{why}"  # the form's own rules refused the answer (DingTalk's words)
 TOAST_CANCELLED = "任务已取消"  # the card's cancel button; the spec gives no text
 
 STATUS_TEXT = {
