@@ -50,7 +50,7 @@ def read_event(event: Any) -> Prompt | Progress | None:
             prompts.excerpt(_json(used), AUDIT_INPUT_CHARS))
         return Progress("running", title, f"{TOOL_EVENTS[name]}：{what}", settled)
     if name == STOP:
-        return Progress("completed", title, "本轮已完成")
+        return Progress("completed", title, "本轮已完成", host_session=_text(event.get("session_id"))[:200])
     if name == ELICITATION:
         return _elicitation(event, title)
     if name != PERMISSION_REQUEST:

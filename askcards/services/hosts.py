@@ -115,7 +115,9 @@ def host_left(*, agent: Agent, ask_id: str) -> None:
 
 def host_progress(*, session: Session, sender_id: str, progress: Progress) -> None:
     """A host's tool or turn event on a Feishu session's progress card (where the host's prompts
-    stack); nothing on other sessions. A turn's end (``completed``) ends the card's run.
+    stack); nothing on other sessions. A turn's end (``completed``) ends the card's run — unless
+    another host session (two Claude Code sessions may share one session URL) or an agent still
+    asks on it: ending the run would cancel their asks too.
 
     A tool that ran had its permission given: when that was in the terminal, askcards still asks
     about it (the host keeps the hook's request open until its timeout), so the prompt's ask is
@@ -126,8 +128,24 @@ def host_progress(*, session: Session, sender_id: str, progress: Progress) -> No
         return
     if progress.status != ProgressCard.Status.RUNNING and not _card_running(session):
         return  # nothing running to end
+    if progress.status == ProgressCard.Status.COMPLETED and _others_still_ask(session, progress.host_session):
+        return  # another host session (or agent) still waits on this card: its run goes on
     progress_put(session=session, status=progress.status, title=progress.title, content=progress.content,
                  sender_id=sender_id)
+
+
+def _others_still_ask(session: Session, host_session: str) -> bool:
+    """A host session's turn ended: its own open prompts on this askcards session are withdrawn
+    (``host_gone``: nobody waits for them any more); whether any other open ask remains — another
+    Claude Code session's prompt sharing the session URL, an agent's own ask — which ending the
+    card's run would cancel."""
+    open_asks = Ask.objects.filter(session=session, status__in=Ask.OPEN)
+    mine = AskEvent.objects.filter(kind=AskEvent.Kind.CREATED, ask__in=open_asks,
+                                   detail__host__session_id=host_session).select_related("ask", "ask__session", "ask__agent")
+    for row in mine:
+        if ask_cancel(ask=row.ask, reason=Ask.Reason.HOST_GONE, actor="system"):
+            logger.info("ask %s withdrawn: its host session's turn ended", row.ask_id)
+    return open_asks.exists()
 
 
 def _settle(session: Session, host_session: str, tool_name: str, tool_input: str) -> None:

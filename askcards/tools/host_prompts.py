@@ -39,6 +39,9 @@ class Progress:
     # A tool that just ran (host session id, tool name, its input as the audit holds it):
     # its permission was given — in the terminal, if askcards still asks about it.
     settled: tuple[str, str, str] | None = None
+    # The host's own session (Claude Code's session_id) whose turn ended (``completed``): its
+    # prompts are withdrawn, another host session's on the same askcards session are not.
+    host_session: str = ""
 
 
 def summary(tool_name: str, tool_input: dict[str, Any]) -> str:

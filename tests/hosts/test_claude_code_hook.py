@@ -361,6 +361,59 @@ async def test_on_feishu_a_prompt_with_no_card_running_starts_one(feishu):
     assert json.loads((await hook)["body"])["hookSpecificOutput"]["decision"]["behavior"] == "deny"
 
 
+async def test_on_feishu_one_claude_code_session_stopping_leaves_anothers_prompt_waiting(feishu):
+    """Two Claude Code sessions share one session URL (one Feishu chat): session A's turn ends
+    (Stop) while session B's prompt waits on the card. A's own leftover prompt is withdrawn; B's
+    stays answerable on the running card, and B's decision still reaches B; B's Stop then ends
+    the run."""
+    key = feishu
+    session_a, session_b = {**BASH, "session_id": "aaaa-claude"}, {**BASH, "session_id": "bbbb-claude"}
+    left_in_a = asyncio.ensure_future(_post(FEISHU_URL, key, session_a).get_response(timeout=20))
+    ask_a = await _open_ask()
+    waiting_in_b = asyncio.ensure_future(
+        _post(FEISHU_URL, key, {**session_b, "tool_input": {"command": "make"}}).get_response(timeout=20))
+    for _ in range(100):
+        pending = await database_sync_to_async(lambda: list(Ask.objects.filter(status="pending").order_by("created_at")))()
+        if len(pending) == 2:
+            break
+        await asyncio.sleep(0.05)
+    ask_b = pending[1]
+
+    stop = await _post(FEISHU_URL, key, {**session_a, "hook_event_name": "Stop"}).get_response(timeout=10)
+    assert (stop["status"], json.loads(stop["body"])) == (200, {})
+    ask_a = await database_sync_to_async(Ask.objects.get)(pk=ask_a.id)
+    assert (ask_a.status, ask_a.reason) == ("cancelled", "host_gone")
+    assert json.loads((await left_in_a)["body"]) == {}
+    assert (await database_sync_to_async(Ask.objects.get)(pk=ask_b.id)).status == "pending"
+    card = await database_sync_to_async(_card)()
+    assert card.status == "running"
+
+    await _answer(ask_b, [["允许"]])
+    decision = json.loads((await waiting_in_b)["body"])["hookSpecificOutput"]["decision"]
+    assert decision == {"behavior": "allow", "updatedInput": {"command": "make"}}
+    await _post(FEISHU_URL, key, {**session_b, "hook_event_name": "Stop"}).get_response(timeout=10)
+    card = await database_sync_to_async(_card)()
+    assert (card.status, card.content) == ("completed", "本轮已完成")
+
+
+async def test_on_feishu_a_stop_leaves_an_agents_own_ask_on_the_card(feishu, agent_and_key):
+    """An agent's own ask (its MCP call) on the session a Claude Code session reports to: the
+    Claude Code session's Stop does not end the run under it."""
+    agent, key = agent_and_key
+    await _post(FEISHU_URL, key, {**BASH, "hook_event_name": "PreToolUse"}).get_response(timeout=10)
+    from askcards.models import Session
+    from tests.conftest import QUESTIONS
+
+    session = await database_sync_to_async(Session.objects.get)(key="feishu-cli_host-private-ou_alice")
+
+    outcome = await database_sync_to_async(services.tool_call)(
+        agent=agent, session=session, name="ask_user_questions", arguments={"questions": QUESTIONS})
+    assert outcome.status == "pending"
+    await _post(FEISHU_URL, key, {**BASH, "hook_event_name": "Stop"}).get_response(timeout=10)
+    assert (await database_sync_to_async(Ask.objects.get)(pk=outcome.ask.id)).status == "pending"
+    assert (await database_sync_to_async(_card)()).status == "running"
+
+
 # ---------------------------------------------------------------------------- elicitations
 
 ELICIT = {
