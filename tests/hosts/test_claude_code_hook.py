@@ -3,6 +3,7 @@ asks on the session's surfaces, and the person's answer comes back in Claude Cod
 shape; the host stopping to wait withdraws the ask; bad events change nothing."""
 import asyncio
 import json
+from pathlib import Path
 
 import pytest
 from channels.db import database_sync_to_async
@@ -16,6 +17,7 @@ from tests.surfaces import RecordingSurface
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 
 SESSION_URL = "/hooks/claude-code?session=web/alice&platform=web&web_user=alice"
+EVENTS = Path(__file__).parent / "events"  # as the pinned Claude Code sent them (capture_events.py)
 BASH = {
     "session_id": "5f1c2d3e-claude", "transcript_path": "/tmp/t.jsonl", "cwd": "/home/alice/shop",
     "permission_mode": "default", "hook_event_name": "PermissionRequest", "tool_name": "Bash",
@@ -488,6 +490,22 @@ async def test_a_prompt_answered_in_the_terminal_leaves_the_panel_once_its_tool_
 
     post = {**BASH, "hook_event_name": "PostToolUse", "tool_use_id": "toolu_01", "tool_response": {"stdout": ""}}
     response = await _post(SESSION_URL, key, post).get_response(timeout=10)
+    assert (response["status"], json.loads(response["body"])) == (200, {})
+    ask = await database_sync_to_async(Ask.objects.get)(pk=ask.id)
+    assert (ask.status, ask.reason) == ("cancelled", "host_gone")
+    assert json.loads((await hook)["body"]) == {}
+
+
+async def test_a_prompt_answered_in_the_terminal_whose_tool_then_failed_leaves_the_panel(present):
+    """Allowed in the terminal, the tool ran and failed: Claude Code fires PostToolUseFailure, not
+    PostToolUse (tests/hosts/test_claude_code_facts.py), and that settles the prompt just the same."""
+    _, key = present
+    fetch = json.loads((EVENTS / "permission_request_webfetch.json").read_text())
+    hook = asyncio.ensure_future(_post(SESSION_URL, key, fetch).get_response(timeout=20))
+    ask = await _open_ask()
+    assert "访问网址：https://example.com/page" in ask.questions[0]["question"]
+    failed = json.loads((EVENTS / "post_tool_use_failure_webfetch.json").read_text())
+    response = await _post(SESSION_URL, key, failed).get_response(timeout=10)
     assert (response["status"], json.loads(response["body"])) == (200, {})
     ask = await database_sync_to_async(Ask.objects.get)(pk=ask.id)
     assert (ask.status, ask.reason) == ("cancelled", "host_gone")
