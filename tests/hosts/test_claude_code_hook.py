@@ -416,6 +416,30 @@ async def test_on_feishu_a_stop_leaves_an_agents_own_ask_on_the_card(feishu, age
     assert (await database_sync_to_async(_card)()).status == "running"
 
 
+@pytest.mark.parametrize("captured, shown", [
+    ("permission_request_webfetch", "访问网址：https://example.com/page\nSummarize the page"),
+    ("permission_request_mcp_tool", '调用 MCP 工具：askcards_test / echo\n参数：{\n "text": "hello"\n}'),
+])
+async def test_on_a_feishu_card_a_prompt_says_what_the_tool_does_and_which_session_asks(feishu, captured, shown):
+    """The pinned Claude Code's own events: a fetch shows its URL and prompt, an MCP tool its
+    server, name and arguments; the head names the host, its folder and its session id — all of
+    it on the card a person reads (markdown shown literally)."""
+    from askcards.surfaces.feishu import cards as feishu_cards
+    from askcards.surfaces.feishu import surface as feishu_surface
+
+    event = json.loads((EVENTS / f"{captured}.json").read_text())
+    hook = asyncio.ensure_future(_post(FEISHU_URL, feishu, event).get_response(timeout=20))
+    ask = await _open_ask()
+    head = f"Claude Code · 目录 {event['cwd']} · 会话 {event['session_id']}"
+    assert ask.questions[0]["question"] == f"{head}\n{shown}"
+    card = await database_sync_to_async(lambda: feishu_surface.render(_card()).card)()
+    on_card = json.dumps(card, ensure_ascii=False)
+    for line in (head, *shown.splitlines()):
+        assert json.dumps(feishu_cards.escape_md(line), ensure_ascii=False)[1:-1] in on_card, line
+    await _answer(ask, [["拒绝"]])
+    assert json.loads((await hook)["body"])["hookSpecificOutput"]["decision"]["behavior"] == "deny"
+
+
 # ---------------------------------------------------------------------------- elicitations
 
 ELICIT = {
@@ -550,6 +574,24 @@ async def test_on_dingtalk_a_prompt_is_a_form_and_parallel_prompts_replace_nothi
                                                           form={"q0": "o0"})
     allowed = json.loads((await first)["body"])["hookSpecificOutput"]["decision"]
     assert allowed == {"behavior": "allow", "updatedInput": BASH["tool_input"]}
+
+
+async def test_on_dingtalk_someone_else_cannot_answer_a_host_prompt(present):
+    """staff_b submits the card of staff_a's prompt: refused with the card's words, the prompt
+    stays open, and only staff_a's answer decides."""
+    from askcards.surfaces.dingtalk import cards as dingtalk_cards
+
+    _, key = present
+    hook = asyncio.ensure_future(_post(DINGTALK_URL, key, BASH).get_response(timeout=20))
+    ask = await _open_ask()
+    click = await database_sync_to_async(services.dingtalk_click)(ask=ask, user_id="staff_b", action="submit",
+                                                                  form={"q0": "o0"})
+    assert (click.kind, click.reason) == ("rejected", "not_owner")
+    assert dingtalk_cards.notice(click.reason) == "仅提问对象可以回答这张卡片。"
+    assert (await database_sync_to_async(Ask.objects.get)(pk=ask.id)).status == "pending"
+    click = await database_sync_to_async(services.dingtalk_click)(ask=ask, user_id="staff_a", action="submit",
+                                                                  form={"q0": "o1"})
+    assert json.loads((await hook)["body"])["hookSpecificOutput"]["decision"]["behavior"] == "deny"
 
 
 async def test_on_dingtalk_ask_user_question_reads_back_by_question(present):
