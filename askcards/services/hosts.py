@@ -140,8 +140,9 @@ def _others_still_ask(session: Session, host_session: str) -> bool:
     Claude Code session's prompt sharing the session URL, an agent's own ask — which ending the
     card's run would cancel."""
     open_asks = Ask.objects.filter(session=session, status__in=Ask.OPEN)
-    mine = AskEvent.objects.filter(kind=AskEvent.Kind.CREATED, ask__in=open_asks,
-                                   detail__host__session_id=host_session).select_related("ask", "ask__session", "ask__agent")
+    mine = AskEvent.objects.filter(
+        kind=AskEvent.Kind.CREATED, ask__in=open_asks, detail__host__session_id=host_session,
+    ).select_related("ask", "ask__session", "ask__agent")
     for row in mine:
         if ask_cancel(ask=row.ask, reason=Ask.Reason.HOST_GONE, actor="system"):
             logger.info("ask %s withdrawn: its host session's turn ended", row.ask_id)

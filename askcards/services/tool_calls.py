@@ -244,7 +244,9 @@ def _deliver(ask: Ask, shown_on: list[surfaces.Surface], tool: tools.Tool) -> bo
     return True
 
 
-def _with_checks(items: list[dict[str, Any]] | None, checks: list[dict[str, Any] | None] | None) -> list[dict[str, Any]] | None:
+def _with_checks(
+    items: list[dict[str, Any]] | None, checks: list[dict[str, Any] | None] | None
+) -> list[dict[str, Any]] | None:
     """The request's questions (or fields) with their answer checks, as the ask stores them."""
     if items is None or not checks:
         return items

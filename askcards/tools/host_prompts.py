@@ -328,13 +328,15 @@ def _question(wanted: Field, schema: dict[str, Any]) -> dict[str, Any]:
     elif schema.get("format"):
         notes.append(f"格式：{schema['format']}")
     if wanted.kind in ("number", "integer"):
-        bounds = [f"≥ {check['minimum']}" if "minimum" in check else "", f"≤ {check['maximum']}" if "maximum" in check else ""]
+        bounds = [f"≥ {check['minimum']}" if "minimum" in check else "",
+                  f"≤ {check['maximum']}" if "maximum" in check else ""]
         said = "整数" if wanted.kind == "integer" else "数字"
         notes.append(said + (f"（{' '.join(b for b in bounds if b)}）" if any(bounds) else ""))
     for low, high, unit, what in (("minLength", "maxLength", "个字", "长度"), ("minItems", "maxItems", "项", "可选")):
-        if low in check or high in check:
-            notes.append(what + " " + "，".join(
-                ([f"至少 {check[low]} {unit}"] if low in check else []) + ([f"至多 {check[high]} {unit}"] if high in check else [])))
+        limits = [f"至少 {check[low]} {unit}"] if low in check else []
+        limits += [f"至多 {check[high]} {unit}"] if high in check else []
+        if limits:
+            notes.append(f"{what} {'，'.join(limits)}")
     if wanted.defaulted:
         notes.append(f"默认：{wanted.default}")
     notes.append("必填" if wanted.required else "可不填")
@@ -344,8 +346,9 @@ def _question(wanted: Field, schema: dict[str, Any]) -> dict[str, Any]:
     else:
         options = [{"label": WRITE, "description": "在「其他」中写下回答"},
                    {"label": EMPTY, "description": "使用默认值" if wanted.defaulted else "不填写"}]
-    return {"question": text[:QUESTION_MAX], "header": title if len(title) <= HEADER_MAX else title[:HEADER_MAX - 1] + "…",
-            "options": options, "multiSelect": wanted.kind == "choices"}
+    header = title if len(title) <= HEADER_MAX else title[:HEADER_MAX - 1] + "…"
+    return {"question": text[:QUESTION_MAX], "header": header, "options": options,
+            "multiSelect": wanted.kind == "choices"}
 
 
 RESPONSE_QUESTION = {"question": "提交这些回答，还是拒绝提供？", "header": "回应",

@@ -30,7 +30,9 @@ from askcards.surfaces import sync
 from askcards.surfaces.base import Surface, SyncReport
 from askcards.surfaces.http import thread_client
 
-from .cards import WITHDRAWN_SHOWN, WITHDRAWN_TEXT, PendingAsk, ProgressView, RenderedCard, WithdrawnAsk, render_progress_card
+from .cards import (
+    WITHDRAWN_SHOWN, WITHDRAWN_TEXT, PendingAsk, ProgressView, RenderedCard, WithdrawnAsk, render_progress_card,
+)
 from .client import FeishuClient, FeishuError
 
 logger = logging.getLogger(__name__)
