@@ -168,6 +168,8 @@ def _ask_submit(bot: Bot, action) -> tuple[str, str, ProgressCard | None]:
         logger.warning("feishu submit for ask %s has values no form produces: %s", ask.id, exc)
         return rejected("malformed", "info", feishu_cards.TOAST_STALE)
     outcome = services.ask_answer(ask_id=ask.id, ask=ask, answers=answers, surface=feishu.NAME, respondent_id=action.operator)
+    if outcome.notice:  # a value the form's rules refuse (an agent host's elicitation): say which
+        return "warning", feishu_cards.TOAST_REFUSED.format(why=outcome.notice), card
     if not outcome.accepted:
         return "info", feishu_cards.TOAST_STALE, card
     return "success", feishu_cards.TOAST_SUBMITTED, card

@@ -50,7 +50,7 @@ def read_event(event: Any) -> Prompt | Progress | None:
             prompts.excerpt(_json(used), AUDIT_INPUT_CHARS))
         return Progress("running", title, f"{TOOL_EVENTS[name]}：{what}", settled)
     if name == STOP:
-        return Progress("completed", title, "本轮已完成")
+        return Progress("completed", title, "本轮已完成", host_session=_text(event.get("session_id"))[:200])
     if name == ELICITATION:
         return _elicitation(event, title)
     if name != PERMISSION_REQUEST:
@@ -118,6 +118,19 @@ def decision(prompt: Prompt, answer: Answer) -> dict[str, Any]:
         return _output({"behavior": "allow", "updatedInput": prompt.tool_input, "updatedPermissions": rules})
     # 拒绝, or only words written: a refusal whose reason the model reads.
     return _output({"behavior": "deny", "message": deny_message(text, answer)})
+
+
+# Endings where the person (or an operator for them) dismissed the form: an elicitation is answered
+# ``cancel`` (the MCP server reads "dismissed without a choice"; Claude Code shows no dialog of its
+# own). Every other ending — the host stopped waiting, the deadline — is no decision.
+DISMISSED = ("by_respondent", "by_operator", "session_cancelled")
+
+
+def ended(prompt: Prompt, reason: str) -> dict[str, Any]:
+    """The host's reply when the prompt's ask ended without an answer (``reason``)."""
+    if prompt.kind == "elicitation" and reason in DISMISSED:
+        return {"hookSpecificOutput": {"hookEventName": ELICITATION, "action": "cancel"}}
+    return {}
 
 
 def deny_message(text: str, answer: Answer) -> str:

@@ -79,10 +79,11 @@ class HookView(APIView):
             raise InvalidInput(str(exc)) from None
         if ask_id is None:
             return self.no_decision()
-        decide = self.host.decision
+        decide, ended = self.host.decision, getattr(self.host, "ended", None)
 
         def again(final: bool):
-            data = services.host_reply(agent=agent, ask_id=ask_id, prompt=prompt, decide=decide, final=final)
+            data = services.host_reply(agent=agent, ask_id=ask_id, prompt=prompt, decide=decide, final=final,
+                                       ended=ended)
             return None if data is None else self.reply(data)
 
         response = LongPollResponse(later=lambda: _data(again(True)))

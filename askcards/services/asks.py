@@ -59,6 +59,9 @@ class AnswerOutcome:
     accepted: bool
     ask: Ask
     error: str = ""  # why it was not accepted: "not_pending", "not_respondent", "invalid"
+    # What the person reads when the form's own rules refused the answer (tools.AnswerRefused):
+    # a Feishu card's toast says it; "" for any other refusal.
+    notice: str = ""
 
 
 def ask_answer(
@@ -90,6 +93,9 @@ def ask_answer(
     try:
         jsonlimits.check_text(answers, "answers")  # every surface's answers: the panel's, Feishu's
         normalised = tool.check_answers(ask.questions or [], answers)
+    except tools.AnswerRefused as refused:
+        audit_ignored(ask, "invalid", actor, surface)
+        return AnswerOutcome(False, ask, f"invalid: {refused}", notice=str(refused))
     except ValueError as exc:  # JSONRefused too
         return AnswerOutcome(False, ask, f"invalid: {exc}")
     won = close(

@@ -15,7 +15,9 @@ from typing import Any, Callable
 
 from askcards.models import Agent, Ask, AskEvent, ProgressCard, Respondent, Session
 from askcards.tools import dingtalk_ask_user_question as dingtalk_tool
-from askcards.tools.host_prompts import Answer, HostEventError, Progress, Prompt, answers_from_form, dingtalk_form
+from askcards.tools.host_prompts import (
+    Answer, HostEventError, Progress, Prompt, answers_from_form, dingtalk_checks, dingtalk_form,
+)
 
 from .asks import ask_cancel, audit
 from .feishu_progress import progress_put
@@ -31,13 +33,14 @@ NO_DECISION: dict[str, Any] = {}  # the host carries on as it would without the 
 PLATFORMS = (Session.Platform.FEISHU, Session.Platform.WEB, Session.Platform.DINGTALK)
 
 Decide = Callable[[Prompt, Answer], dict[str, Any]]
+Ended = Callable[[Prompt, str], dict[str, Any]]
 
 
 def host_prompt(*, agent: Agent, session: Session, sender_id: str, prompt: Prompt, timeout_seconds: int) -> str | None:
     """Ask a host's prompt on the session's surfaces for ``timeout_seconds``: the id of the ask the
     host now waits on. None when there is nowhere to ask (no panel open, no card): no decision, the
-    host shows its own dialog. HostEventError when the prompt is not one the form can hold (the
-    tool's own message)."""
+    host shows its own dialog; likewise for an elicitation larger than the session's form holds.
+    HostEventError when any other prompt is not one the form can hold (the tool's own message)."""
     if session.platform not in PLATFORMS:
         raise HostEventError(
             f"a {session.platform} session cannot show an agent host's prompts; name a Feishu, DingTalk or web "
@@ -48,16 +51,23 @@ def host_prompt(*, agent: Agent, session: Session, sender_id: str, prompt: Promp
         progress_put(session=session, status=ProgressCard.Status.RUNNING, title=prompt.audit.get("host_title", ""),
                      content="等待确认", sender_id=sender_id)
     if session.platform == Session.Platform.DINGTALK:
-        name, arguments = dingtalk_tool.NAME, dingtalk_form(prompt)
+        name, arguments, checks = dingtalk_tool.NAME, dingtalk_form(prompt), dingtalk_checks(prompt)
     else:
-        name, arguments = TOOL, {"questions": prompt.questions}
+        name, arguments, checks = TOOL, {"questions": prompt.questions}, list(prompt.checks)
     outcome = tool_call(agent=agent, session=session, name=name, arguments=arguments, sender_id=sender_id,
-                        timeout_seconds=timeout_seconds, audit_detail={"host": prompt.audit}, host_prompt=True)
+                        timeout_seconds=timeout_seconds, audit_detail={"host": prompt.audit}, host_prompt=True,
+                        checks=checks or None)
     if outcome.ask is not None and outcome.ask.status != Ask.Status.FAILED:
         # Asked (pending, or already answered by someone quick on a surface that showed it): the
         # host's reply reads it as it is now.
         waiter_parked(ask_id=outcome.ask.id)  # the host's lease on it while open (services.waiters)
         return outcome.ask.id
+    if outcome.ask is None and prompt.kind == "elicitation":
+        # A valid schema this surface's form cannot hold (more properties or choices than it
+        # shows): the host asks in its own dialog.
+        logger.info("elicitation of agent %s not asked: a %s form cannot hold it (%s); no decision", agent.name,
+                    session.platform, (outcome.tool_result or "")[:300])
+        return None
     if outcome.ask is None:  # refused before any ask existed: the host's input is not a form we can show
         raise HostEventError(f"this prompt cannot be shown as a form: {outcome.tool_result}")
     logger.info("host prompt of agent %s not asked (ask %s %s): no decision", agent.name, outcome.ask.id,
@@ -65,8 +75,10 @@ def host_prompt(*, agent: Agent, session: Session, sender_id: str, prompt: Promp
     return None
 
 
-def host_reply(*, agent: Agent, ask_id: str, prompt: Prompt, decide: Decide, final: bool) -> dict[str, Any] | None:
-    """The host's reply once its prompt's ask ended: the decision its answer makes, else no
+def host_reply(*, agent: Agent, ask_id: str, prompt: Prompt, decide: Decide, final: bool,
+               ended: Ended | None = None) -> dict[str, Any] | None:
+    """The host's reply once its prompt's ask ended: the decision its answer makes; else what the
+    host's ``ended`` makes of the ending (an elicitation the person dismissed: ``cancel``), else no
     decision. None while it is open and the host may keep waiting (``final`` False). When the
     wait ends (``final``) with the ask still open, the host is about to stop waiting: the ask is
     withdrawn (``host_gone``) unless an answer wins first."""
@@ -77,7 +89,11 @@ def host_reply(*, agent: Agent, ask_id: str, prompt: Prompt, decide: Decide, fin
         host_left(agent=agent, ask_id=ask_id)
     ask = Ask.objects.select_related("session", "agent").get(pk=ask_id, agent=agent)
     if ask.status != Ask.Status.ANSWERED:
-        return NO_DECISION
+        closing = ended(prompt, ask.reason) if ended is not None else {}
+        if closing:
+            audit(ask, AskEvent.Kind.DELIVERED, ask.status, ask.status, f"agent:{agent.name}", "",
+                  {"host": prompt.audit, "decision": _behavior(closing), "by": ""})
+        return closing or NO_DECISION
     row = ask.respondents.filter(status=Respondent.Status.SUBMITTED).order_by("position").first()
     if ask.tool == dingtalk_tool.NAME:
         answers = answers_from_form(prompt, (row.answers or {}).get("answers") if row is not None else None)
@@ -99,7 +115,9 @@ def host_left(*, agent: Agent, ask_id: str) -> None:
 
 def host_progress(*, session: Session, sender_id: str, progress: Progress) -> None:
     """A host's tool or turn event on a Feishu session's progress card (where the host's prompts
-    stack); nothing on other sessions. A turn's end (``completed``) ends the card's run.
+    stack); nothing on other sessions. A turn's end (``completed``) ends the card's run — unless
+    another host session (two Claude Code sessions may share one session URL) or an agent still
+    asks on it: ending the run would cancel their asks too.
 
     A tool that ran had its permission given: when that was in the terminal, askcards still asks
     about it (the host keeps the hook's request open until its timeout), so the prompt's ask is
@@ -110,8 +128,25 @@ def host_progress(*, session: Session, sender_id: str, progress: Progress) -> No
         return
     if progress.status != ProgressCard.Status.RUNNING and not _card_running(session):
         return  # nothing running to end
+    if progress.status == ProgressCard.Status.COMPLETED and _others_still_ask(session, progress.host_session):
+        return  # another host session (or agent) still waits on this card: its run goes on
     progress_put(session=session, status=progress.status, title=progress.title, content=progress.content,
                  sender_id=sender_id)
+
+
+def _others_still_ask(session: Session, host_session: str) -> bool:
+    """A host session's turn ended: its own open prompts on this askcards session are withdrawn
+    (``host_gone``: nobody waits for them any more); whether any other open ask remains — another
+    Claude Code session's prompt sharing the session URL, an agent's own ask — which ending the
+    card's run would cancel."""
+    open_asks = Ask.objects.filter(session=session, status__in=Ask.OPEN)
+    mine = AskEvent.objects.filter(
+        kind=AskEvent.Kind.CREATED, ask__in=open_asks, detail__host__session_id=host_session,
+    ).select_related("ask", "ask__session", "ask__agent")
+    for row in mine:
+        if ask_cancel(ask=row.ask, reason=Ask.Reason.HOST_GONE, actor="system"):
+            logger.info("ask %s withdrawn: its host session's turn ended", row.ask_id)
+    return open_asks.exists()
 
 
 def _settle(session: Session, host_session: str, tool_name: str, tool_input: str) -> None:

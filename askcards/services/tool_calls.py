@@ -65,6 +65,7 @@ def tool_call(
     timeout_seconds: int | None = None,
     audit_detail: dict[str, Any] | None = None,
     host_prompt: bool = False,
+    checks: list[dict[str, Any] | None] | None = None,
 ) -> ToolCallOutcome:
     """Run a model's tool call: validate, reserve, deliver, activate (or fail at once).
 
@@ -78,7 +79,9 @@ def tool_call(
     timeout (``Tool.call_timeout``). ``audit_detail`` goes on the ask's "created" audit row (what
     a host's prompt showed, ``services.hosts``). ``host_prompt``: the ask is an agent host's prompt
     (``services.hosts``) — its deadline is ``timeout_seconds`` whatever the tool's own rule, and it
-    replaces no older ask (one host may wait on several prompts at once).
+    replaces no older ask (one host may wait on several prompts at once). ``checks``: the rules
+    each question (or form field) of a host's elicitation sets on its answer, stored with the ask
+    and enforced on every surface's submit (``tools.answer_checks``); a model never sets them.
     """
     tool = tools.get(name)
     if tool is None:
@@ -134,8 +137,8 @@ def tool_call(
         blocking=tool.blocking,
         title=request.title,
         description=request.description,
-        questions=request.questions,
-        fields=request.fields,
+        questions=_with_checks(request.questions, checks),
+        fields=_with_checks(request.fields, checks),
         target_type=request.target_type or Ask.Target.NONE,
         target_id=request.target_id,
         # The person's asks in this conversation: a newer one replaces the older ones.
@@ -240,6 +243,16 @@ def _deliver(ask: Ask, shown_on: list[surfaces.Surface], tool: tools.Tool) -> bo
                   detail={"error": str(exc)[:300]})
             return False
     return True
+
+
+def _with_checks(
+    items: list[dict[str, Any]] | None, checks: list[dict[str, Any] | None] | None
+) -> list[dict[str, Any]] | None:
+    """The request's questions (or fields) with their answer checks, as the ask stores them."""
+    if items is None or not checks:
+        return items
+    return [{**item, tools.answer_checks.KEY: check} if check else item
+            for item, check in zip(items, [*checks, *[None] * (len(items) - len(checks))])]
 
 
 def _reject_nul(value: Any, path: str) -> None:

@@ -5,12 +5,13 @@ Pure data in, data out: nothing here touches the database, so every surface and 
 """
 from __future__ import annotations
 
-from . import ask_user_questions, dingtalk_ask_user_question
+from . import answer_checks, ask_user_questions, dingtalk_ask_user_question
 from .base import (
     ANSWER_MAX_CHARS,
     ANSWER_TEXT_MAX_CHARS,
     ERROR_TEXTS,
     ActionRequest,
+    AnswerRefused,
     AskRequest,
     Closing,
     Response,
@@ -21,9 +22,9 @@ from .base import (
 )
 
 __all__ = [
-    "ANSWER_MAX_CHARS", "ANSWER_TEXT_MAX_CHARS", "ERROR_TEXTS", "PLATFORM_TOOLS", "REGISTRY", "ActionRequest",
+    "ANSWER_MAX_CHARS", "ANSWER_TEXT_MAX_CHARS", "ERROR_TEXTS", "PLATFORM_TOOLS", "REGISTRY", "ActionRequest", "AnswerRefused",
     "AskRequest", "Closing", "Response", "Tool",
-    "ToolInputError", "ask_user_questions", "dingtalk_ask_user_question", "dumps", "error_result", "get", "tools_for",
+    "ToolInputError", "answer_checks", "ask_user_questions", "dingtalk_ask_user_question", "dumps", "error_result", "get", "tools_for",
 ]
 
 REGISTRY: dict[str, Tool] = {

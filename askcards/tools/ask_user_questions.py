@@ -4,6 +4,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from . import answer_checks
 from .base import ANSWER_MAX_CHARS, ANSWER_TEXT_MAX_CHARS, AskRequest, Tool, ToolInputError
 
 NAME = "ask_user_questions"
@@ -87,7 +88,14 @@ class AskUserQuestions(Tool):
         return AskRequest(questions=questions, title=questions[0]["header"])
 
     def check_answers(self, questions: list[dict[str, Any]], answers: Any) -> list[dict[str, Any]]:
-        return normalise_answers(questions, answers)
+        """The answers normalised; the questions' own checks (an agent host's elicitation,
+        ``answer_checks``) refuse what their rules do not allow (AnswerRefused)."""
+        normalised = normalise_answers(questions, answers)
+        checks = [question.get(answer_checks.KEY) for question in questions]
+        if any(checks):
+            answer_checks.enforce(checks, [(answer["selectedLabels"], answer["customInput"] or "")
+                                           for answer in normalised])
+        return normalised
 
 
 def normalise_answers(questions: Sequence[Mapping[str, Any]], answers: Any) -> list[dict[str, Any]]:

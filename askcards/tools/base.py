@@ -58,6 +58,13 @@ class ToolInputError(ValueError):
     """The model's arguments are invalid; ``str(error)`` is what the model reads."""
 
 
+class AnswerRefused(ValueError):
+    """An answer the form's own rules refuse (``tools.answer_checks``); ``str(error)`` is what the
+    person reads (Chinese, naming the field, never the value), ``position`` the answer it is about."""
+
+    position: int = -1
+
+
 @dataclass(frozen=True)
 class AskRequest:
     """A valid call that asks people something; the pipeline makes one Ask of it."""

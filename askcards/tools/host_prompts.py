@@ -13,7 +13,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import answer_checks
 from .ask_user_questions import INPUT_SCHEMA
+from .base import AnswerRefused
 
 ALLOW = "允许"
 DENY = "拒绝"
@@ -37,6 +39,9 @@ class Progress:
     # A tool that just ran (host session id, tool name, its input as the audit holds it):
     # its permission was given — in the terminal, if askcards still asks about it.
     settled: tuple[str, str, str] | None = None
+    # The host's own session (Claude Code's session_id) whose turn ended (``completed``): its
+    # prompts are withdrawn, another host session's on the same askcards session are not.
+    host_session: str = ""
 
 
 def summary(tool_name: str, tool_input: dict[str, Any]) -> str:
@@ -64,6 +69,7 @@ class Prompt:
     host_questions: tuple[str, ...] = ()  # "questions": the host's own question texts, by position
     suggestions: list[Any] | None = None  # "permission": what 本会话内允许 answers with
     fields: tuple["Field", ...] = ()  # "elicitation": the requested schema's properties, by question
+    checks: tuple[dict[str, Any] | None, ...] = ()  # "elicitation": each question's answer_checks rules
 
 
 @dataclass(frozen=True)
@@ -93,6 +99,12 @@ def diff(old: str, new: str, limit: int = EXCERPT_CHARS) -> str:
     return f"{excerpt(removed, limit // 2)}\n{excerpt(added, limit // 2)}"
 
 
+def _listed(value: Any) -> list[Any]:
+    """A host's list as a list; anything else (a number, a text, an object where a list belongs) as
+    no items: the event's shape is the host's, never trusted."""
+    return value if isinstance(value, list) else []
+
+
 def _arguments(value: Any) -> str:
     return excerpt(json.dumps(value, ensure_ascii=False, indent=1, sort_keys=True))
 
@@ -110,8 +122,8 @@ def describe_tool(tool_name: str, tool_input: dict[str, Any]) -> str:
     if tool_name == "Edit":
         every = "（全部替换）" if tool_input.get("replace_all") else ""
         return f"编辑文件{every}：{text('file_path')}\n{diff(text('old_string'), text('new_string'))}"
-    if tool_name == "MultiEdit":
-        edits = [e for e in tool_input.get("edits") or [] if isinstance(e, dict)]
+    edits = tool_input.get("edits")
+    if tool_name == "MultiEdit" and isinstance(edits, list) and all(isinstance(e, dict) for e in edits):
         share = EXCERPT_CHARS // max(1, min(len(edits), 4))
         shown = [diff(str(e.get("old_string", "")), str(e.get("new_string", "")), share) for e in edits[:4]]
         more = f"\n…（另有 {len(edits) - 4} 处）" if len(edits) > 4 else ""
@@ -139,21 +151,40 @@ def context_line(host: str, cwd: str, session_id: str) -> str:
     return " · ".join(parts)
 
 
-def describe_suggestions(suggestions: list[Any]) -> str:
-    """本会话内允许's description: the rules it adds, in the host's own words."""
-    rules = []
+def describe_suggestions(suggestions: list[Any]) -> str | None:
+    """本会话内允许's description: the rules it adds, in the host's own words; None when one of
+    them is not of a shape askcards can put in words (then the option is not offered: nobody
+    allows for a whole session what they could not read)."""
+    said: list[str] = []
     for item in suggestions:
-        if isinstance(item, dict):
-            for rule in item.get("rules") or []:
-                if isinstance(rule, dict) and rule.get("toolName"):
-                    content = rule.get("ruleContent")
-                    rules.append(f"{rule['toolName']}({content})" if content else str(rule["toolName"]))
-            if item.get("type") == "setMode" and item.get("mode"):
-                rules.append(f"模式 {item['mode']}")
-            if item.get("type") == "addDirectories":
-                rules.extend(f"目录 {d}" for d in item.get("directories") or [])
-    said = "、".join(rules) if rules else "同类操作"
-    return excerpt(f"本会话内不再询问：{said}", DESCRIPTION_MAX)
+        said_of = _suggestion_words(item if isinstance(item, dict) else {})
+        if not said_of:
+            return None
+        said += said_of
+    return excerpt(f"本会话内不再询问：{'、'.join(said)}", DESCRIPTION_MAX) if said else None
+
+
+def _suggestion_words(item: dict[str, Any]) -> list[str]:
+    """What one permission update does, in words; [] for one of another shape."""
+    kind = item.get("type")
+    if kind in ("addRules", "replaceRules"):
+        rules = _listed(item.get("rules"))
+        readable = [rule for rule in rules if isinstance(rule, dict) and _words(rule.get("toolName"))
+                    and (rule.get("ruleContent") is None or _words(rule.get("ruleContent")))]
+        if len(readable) != len(rules):
+            return []
+        return [f"{rule['toolName']}({rule['ruleContent']})" if rule.get("ruleContent") else rule["toolName"]
+                for rule in readable]
+    if kind == "setMode" and _words(item.get("mode")):
+        return [f"模式 {item['mode']}"]
+    directories = _listed(item.get("directories"))
+    if kind == "addDirectories" and all(_words(d) for d in directories):
+        return [f"目录 {d}" for d in directories]
+    return []
+
+
+def _words(value: Any) -> bool:
+    return isinstance(value, str) and bool(value.strip())
 
 
 def approval(*, host: str, tool_name: str, tool_input: dict[str, Any], cwd: str, session_id: str,
@@ -168,10 +199,11 @@ def approval(*, host: str, tool_name: str, tool_input: dict[str, Any], cwd: str,
         {"label": ALLOW, "description": "只允许这一次"},
         {"label": DENY, "description": "可在「其他」里写明理由，智能体会读到"},
     ]
-    if suggestions:
-        options.append({"label": ALLOW_SESSION, "description": describe_suggestions(suggestions)})
+    described = describe_suggestions(suggestions) if suggestions else None
+    if described is not None:
+        options.append({"label": ALLOW_SESSION, "description": described})
     return Prompt(kind="permission", questions=[{"question": question, "header": HEADER, "options": options}],
-                  audit=audit, tool_input=tool_input, suggestions=suggestions or None)
+                  audit=audit, tool_input=tool_input, suggestions=suggestions if described is not None else None)
 
 
 def host_questions(*, host: str, questions: Any, cwd: str, session_id: str, tool_input: dict[str, Any],
@@ -207,17 +239,22 @@ def answers_by_question(prompt: Prompt, answer: Answer) -> dict[str, str]:
 # ask_user_questions: one question per property, and a last one, 回应, to submit or decline. A
 # choice (``enum``, ``oneOf`` of ``const``/``title``, an array of those: several) is options; a
 # boolean is 是 / 否; text and numbers are written in 其他 (the options say so, and 留空 leaves an
-# optional one out). At most MAX_FIELDS properties and four choices each: a larger form is not
-# asked here (the host shows its own).
+# optional one out). Each question carries its property's rules (``answer_checks``: required, a
+# number's bounds, an integer, a text's length and format, how many of a multi-select), checked
+# when the person submits on any surface. The form's size is the surface's: Feishu and the panel
+# hold ask_user_questions' four questions (three properties and 回应) of two to four options each,
+# a DingTalk form card up to ten questions and any number of options; a schema larger than the
+# session's surface holds is not asked here (no decision: the host asks in its own dialog).
 
 SUBMIT = "提交"
 DECLINE = "拒绝提供"
 YES, NO = "是", "否"
 WRITE = "填写（写在「其他」里）"
 EMPTY = "留空"
-MAX_FIELDS = 3
+MAX_FIELDS = 20  # beyond any surface's form: not asked (the DingTalk form's 20 fields hold 9)
+MAX_CHOICES = 50
 HEADER_MAX = _ITEM["header"]["maxLength"]
-TEXT_TYPES = ("string", "number", "integer")
+TEXT_TYPES = answer_checks.TEXT_KINDS
 
 
 @dataclass(frozen=True)
@@ -229,6 +266,11 @@ class Field:
     labels: tuple[tuple[str, Any], ...] = ()  # choice(s): label -> value
     required: bool = False
     default: Any = None
+    check: dict[str, Any] = field(default_factory=dict)  # its answer_checks rules
+
+    @property
+    def defaulted(self) -> bool:
+        return self.default not in (None, "", [])
 
 
 def _choices(schema: dict[str, Any]) -> list[tuple[str, Any]] | None:
@@ -246,108 +288,133 @@ def _field(name: str, schema: Any, required: bool) -> Field:
     if not isinstance(schema, dict):
         raise HostEventError(f"requested_schema.properties.{name} must be an object")
     kind = schema.get("type")
+    found: list[tuple[str, Any]] | None
     if kind == "array":
         items = schema.get("items")
         found = _choices(items) if isinstance(items, dict) else None
         if found is None:
             raise HostEventError(f"requested_schema.properties.{name}: an array must list its choices (items.enum)")
-        return Field(name, "choices", tuple(found), required, schema.get("default"))
-    found = _choices(schema)
-    if found is not None:
-        return Field(name, "choice", tuple(found), required, schema.get("default"))
-    if kind == "boolean":
-        return Field(name, "boolean", ((YES, True), (NO, False)), required, schema.get("default"))
-    if kind in TEXT_TYPES:
-        return Field(name, kind, (), required, schema.get("default"))
-    raise HostEventError(f"requested_schema.properties.{name}: type {kind!r} cannot be asked as a form here")
+        kind = "choices"
+    elif (found := _choices(schema)) is not None:
+        kind = "choice"
+    elif kind == "boolean":
+        found = [(YES, True), (NO, False)]
+    elif kind not in TEXT_TYPES:
+        raise HostEventError(f"requested_schema.properties.{name}: type {kind!r} cannot be asked as a form here")
+    title = str(schema.get("title") or "").strip() or name
+    default = schema.get("default")
+    check: dict[str, Any] = {"title": excerpt(title, 60), "kind": kind, "required": required,
+                             "default": default not in (None, "", [])}
+    if found:
+        check["labels"] = [excerpt(label, 200) for label, _ in found]
+    else:
+        check["empty"] = EMPTY
+    if schema.get("format") in answer_checks.FORMATS and kind == "string":
+        check["format"] = schema["format"]
+    for key, valid in (("minimum", answer_checks.bound), ("maximum", answer_checks.bound),
+                       ("minLength", answer_checks.count), ("maxLength", answer_checks.count),
+                       ("minItems", answer_checks.count), ("maxItems", answer_checks.count)):
+        if valid(schema.get(key)) is not None:
+            check[key] = schema[key]
+    return Field(name, str(kind), tuple(found or ()), required, default, check)
 
 
 def _question(wanted: Field, schema: dict[str, Any]) -> dict[str, Any]:
-    title = str(schema.get("title") or wanted.name)
+    """The property's question: its title, description and every rule the answer must keep."""
+    title, check = wanted.check["title"], wanted.check
     notes = [str(schema.get("description") or "")]
-    if schema.get("format"):
+    if "format" in check:
+        notes.append(f"格式：{answer_checks.FORMAT_HINT[check['format']]}")
+    elif schema.get("format"):
         notes.append(f"格式：{schema['format']}")
     if wanted.kind in ("number", "integer"):
-        bounds = [f"≥ {schema['minimum']}" if "minimum" in schema else "", f"≤ {schema['maximum']}" if "maximum" in schema else ""]
-        notes.append("数字" + (f"（{' '.join(b for b in bounds if b)}）" if any(bounds) else ""))
-    if wanted.default not in (None, ""):
+        bounds = [f"≥ {check['minimum']}" if "minimum" in check else "",
+                  f"≤ {check['maximum']}" if "maximum" in check else ""]
+        said = "整数" if wanted.kind == "integer" else "数字"
+        notes.append(said + (f"（{' '.join(b for b in bounds if b)}）" if any(bounds) else ""))
+    for low, high, unit, what in (("minLength", "maxLength", "个字", "长度"), ("minItems", "maxItems", "项", "可选")):
+        limits = [f"至少 {check[low]} {unit}"] if low in check else []
+        limits += [f"至多 {check[high]} {unit}"] if high in check else []
+        if limits:
+            notes.append(f"{what} {'，'.join(limits)}")
+    if wanted.defaulted:
         notes.append(f"默认：{wanted.default}")
     notes.append("必填" if wanted.required else "可不填")
     text = f"{title}\n" + "；".join(n for n in notes if n)
     if wanted.labels:
-        if not 2 <= len(wanted.labels) <= 4:
-            raise HostEventError(f"requested_schema.properties.{wanted.name} offers {len(wanted.labels)} choices; "
-                                 "a form here holds 2 to 4")
-        options = [{"label": excerpt(label, 200), "description": ""} for label, _ in wanted.labels]
+        options = [{"label": label, "description": ""} for label in check["labels"]]
     else:
         options = [{"label": WRITE, "description": "在「其他」中写下回答"},
-                   {"label": EMPTY, "description": "使用默认值" if wanted.default not in (None, "") else "不填写"}]
-    return {"question": text[:QUESTION_MAX], "header": excerpt(title, HEADER_MAX - 1) if len(title) > HEADER_MAX else title,
-            "options": options, "multiSelect": wanted.kind == "choices"}
+                   {"label": EMPTY, "description": "使用默认值" if wanted.defaulted else "不填写"}]
+    header = title if len(title) <= HEADER_MAX else title[:HEADER_MAX - 1] + "…"
+    return {"question": text[:QUESTION_MAX], "header": header, "options": options,
+            "multiSelect": wanted.kind == "choices"}
+
+
+RESPONSE_QUESTION = {"question": "提交这些回答，还是拒绝提供？", "header": "回应",
+                     "options": [{"label": SUBMIT, "description": ""}, {"label": DECLINE, "description": ""}]}
+RESPONSE_CHECK = {"role": answer_checks.RESPONSE, "decline": DECLINE}
 
 
 def elicitation(*, host: str, server: str, message: str, schema: Any, cwd: str, session_id: str,
-                audit: dict[str, Any]) -> Prompt:
-    """An MCP server's elicitation as a form; HostEventError for a schema it cannot hold."""
+                audit: dict[str, Any]) -> Prompt | None:
+    """An MCP server's elicitation as a form; HostEventError for a schema that is not one (not an
+    object of flat properties of the kinds a form asks); None for a valid one larger than any
+    surface here shows (no decision)."""
     if not isinstance(schema, dict) or not isinstance(schema.get("properties"), dict):
         raise HostEventError("requested_schema must be an object schema with properties")
     listed = schema.get("required")
     required: list[Any] = listed if isinstance(listed, list) else []
     properties = schema["properties"]
-    if not 1 <= len(properties) <= MAX_FIELDS:
-        raise HostEventError(f"requested_schema has {len(properties)} properties; a form here asks 1 to {MAX_FIELDS}")
+    if not properties:
+        raise HostEventError("requested_schema has no properties: there is nothing to ask")
+    if len(properties) > MAX_FIELDS:
+        return None
     fields = [_field(str(name), value, name in required) for name, value in properties.items()]
+    if any(len(wanted.labels) > MAX_CHOICES for wanted in fields):
+        return None
     questions = [_question(wanted, properties[wanted.name]) for wanted in fields]
     head = f"{context_line(host, cwd, session_id)} · MCP {excerpt(server, 60)}\n{excerpt(message, 600)}\n\n"
     questions[0]["question"] = (head + questions[0]["question"])[:QUESTION_MAX]
-    questions.append({"question": "提交这些回答，还是拒绝提供？", "header": "回应",
-                      "options": [{"label": SUBMIT, "description": ""}, {"label": DECLINE, "description": ""}]})
-    return Prompt(kind="elicitation", questions=questions, audit=audit, fields=tuple(fields))
+    questions.append(dict(RESPONSE_QUESTION))
+    checks = (*(wanted.check for wanted in fields), RESPONSE_CHECK)
+    return Prompt(kind="elicitation", questions=questions, audit=audit, fields=tuple(fields), checks=checks)
 
 
 def elicitation_content(prompt: Prompt, answer: Answer) -> tuple[str, dict[str, Any] | None]:
     """(``accept`` with the content, ``decline``) for the person's answer, or ("", None) when it
-    does not make a valid content (a required wanted left out, a number that is not one): then no
-    decision, and the host asks in its own dialog."""
+    does not make a valid content (every surface refuses such a submit: this only guards an answer
+    recorded otherwise); then no decision, and the host asks in its own dialog."""
     items = answer.answers
     last = items[len(prompt.fields)] if len(items) > len(prompt.fields) else {}
     if DECLINE in (last.get("selectedLabels") or []):
         return "decline", None
-    content: dict[str, Any] = {}
-    for wanted, item in zip(prompt.fields, items):
-        labels = [str(label) for label in item.get("selectedLabels") or []]
-        text = str(item.get("customInput") or "").strip()
-        value: Any = None
-        if wanted.labels:
-            mapping = dict(wanted.labels)
-            chosen = [mapping[label] for label in labels if label in mapping]
-            value = chosen if wanted.kind == "choices" else (chosen[0] if chosen else None)
-            if wanted.kind == "choices" and not chosen:
-                value = None
-        elif text:
-            value = _typed(wanted, text)
-            if value is None:
-                return "", None
-        elif wanted.default not in (None, ""):
-            value = wanted.default
-        if value is None:
-            if wanted.required:
-                return "", None
-            continue
-        content[wanted.name] = value
+    given = [([str(label) for label in item.get("selectedLabels") or []], str(item.get("customInput") or "").strip())
+             for item in items[:len(prompt.fields)]]
+    try:
+        answer_checks.enforce([wanted.check for wanted in prompt.fields], given)
+        content: dict[str, Any] = {}
+        for wanted, (labels, text) in zip(prompt.fields, given):
+            value = _value(wanted, labels, text)
+            if value is not None:
+                content[wanted.name] = value
+    except AnswerRefused:
+        return "", None
+    if len(given) < len(prompt.fields):
+        return "", None
     return "accept", content
 
 
-def _typed(wanted: Field, text: str) -> Any:
-    if wanted.kind == "integer":
-        return int(text) if text.lstrip("-").isdigit() else None
-    if wanted.kind == "number":
-        try:
-            number = float(text)
-        except ValueError:
-            return None
-        return number if number == number and abs(number) != float("inf") else None
-    return text
+def _value(wanted: Field, labels: list[str], text: str) -> Any:
+    """The property's value from its answer (already checked), None when it is left out."""
+    if wanted.labels:
+        mapping = dict(zip(wanted.check["labels"], (value for _, value in wanted.labels)))
+        chosen = [mapping[label] for label in labels if label in mapping]
+        if chosen:
+            return chosen if wanted.kind == "choices" else chosen[0]
+    elif text:
+        return answer_checks.value_of(wanted.check, text)
+    return wanted.default if wanted.defaulted else None
 
 
 # ------------------------------------------------------------------------------- DingTalk forms
@@ -376,6 +443,15 @@ def dingtalk_form(prompt: Prompt) -> dict[str, Any]:
     description = "\n\n".join(str(q["question"]) for q in prompt.questions)
     title = str(prompt.questions[0].get("header") or HEADER)
     return {"title": title, "description": excerpt(description, 3000), "fields": fields}
+
+
+def dingtalk_checks(prompt: Prompt) -> list[dict[str, Any] | None]:
+    """The answer checks of ``dingtalk_form``'s fields: each question's on its choice field, read
+    with the words of its 其他 box; none on the boxes themselves."""
+    checks: list[dict[str, Any] | None] = []
+    for index, check in enumerate(prompt.checks):
+        checks += [{**check, "other": f"q{index}_other"} if check else None, None]
+    return checks
 
 
 def answers_from_form(prompt: Prompt, form_answers: Any) -> list[dict[str, Any]]:

@@ -369,3 +369,64 @@ def test_a_person_with_many_waiting_asks_sees_a_page_and_how_many_more(service, 
     page.locator('#connection[data-state="open"]').wait_for()
     page.get_by_text("还有 2 个问题等待回答").wait_for()
     assert page.locator("section.ask").evaluate_all("nodes => nodes.map(node => node.dataset.requestId)") == asks[1:PAGE + 1]
+
+
+# ------------------------------------------------------------------ withdrawn: nobody waits any more
+
+def test_an_ask_nobody_waits_for_any_more_says_why_on_the_page(tmp_path, browser_page):
+    """A Claude Code prompt whose hook request closes (answered in the terminal, timed out) and an
+    MCP call whose client went away for good: each leaves alice's page with the words saying why,
+    as the Feishu and DingTalk cards say it (tests/hosts/test_withdrawn_reasons.py)."""
+    import asyncio
+    import contextlib
+
+    from mcp import MCPError
+
+    from tests.mcp import support
+
+    with support.seeded(tmp_path, ASKCARDS_MCP_CALLER_GRACE_SECONDS="2") as (base, seed):
+        page = browser_page
+        page.goto(f"{base}/panel/")
+        page.get_by_label("用户名").fill("alice")
+        page.get_by_label("密码").fill("pw")
+        page.get_by_role("button", name="登录").click()
+        page.wait_for_url(f"{base}/panel/")
+        page.locator('#connection[data-state="open"]').wait_for()
+
+        # Claude Code's PermissionRequest hook, as its http hook posts it; then the request closes.
+        event = json.dumps({"session_id": "5f1c-claude", "cwd": "/home/alice/shop", "hook_event_name": "PermissionRequest",
+                            "tool_name": "Bash", "tool_input": {"command": "make deploy"}}).encode()
+        host = serving.raw_connection(base)
+        host.sendall(b"POST /hooks/claude-code?session=host-web&platform=web&web_user=alice&timeout=600 HTTP/1.1\r\n"
+                     b"Host: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                     + f"Authorization: Bearer {seed['key']}\r\nContent-Length: {len(event)}\r\n\r\n".encode() + event)
+        shown_prompt = page.locator("section.ask", has_text="make deploy")
+        shown_prompt.get_by_role("radio", name="允许").wait_for()
+        prompt = page.locator(f'section.ask[data-request-id="{shown_prompt.get_attribute("data-request-id")}"]')
+        host.close()
+        prompt.get_by_text("已在终端处理，或智能体已停止等待。").wait_for()
+        assert prompt.locator("form").count() == 0
+
+        # A blocking MCP call whose client leaves and never comes back (a 2 s grace here).
+        shown = threading.Event()
+
+        async def call_then_leave():
+            async with asyncio.timeout(60), support.client(base, seed["key"], "session=mcp-web&platform=web&web_user=alice") as mcp:
+                call = asyncio.create_task(mcp.call_tool("ask_user_questions", {"questions": QUESTIONS[:1]}))
+                while not shown.is_set():
+                    await asyncio.sleep(0.05)
+                call.cancel()
+                with contextlib.suppress(MCPError, asyncio.CancelledError):
+                    await call
+
+        caller = threading.Thread(target=lambda: asyncio.run(call_then_leave()), daemon=True)
+        caller.start()
+        shown_ask = page.locator("section.ask", has_text="Which database should we use?")
+        shown_ask.get_by_role("radio", name="PostgreSQL").wait_for()
+        asked = page.locator(f'section.ask[data-request-id="{shown_ask.get_attribute("data-request-id")}"]')
+        shown.set()
+        caller.join(timeout=60)
+        assert not caller.is_alive()
+        asked.get_by_text("智能体已断开，不再等待这个回答。").wait_for(timeout=30_000)
+        assert asked.locator("form").count() == 0
+        page.screenshot(path=str(ARTIFACTS / "panel-withdrawn.png"), full_page=True)

@@ -153,6 +153,37 @@ def test_worst_case_single_ask_of_escaped_text_still_gets_a_form():
     assert rendered.size <= cards.CARD_MAX_BYTES
 
 
+def test_a_withdrawn_form_leaves_a_line_saying_why_in_the_panels_words():
+    """The host answered in its terminal (host_gone), an MCP caller went away (caller_gone): the
+    form goes, and the card says so in the words the panel and the DingTalk card use."""
+    withdrawn = (cards.WithdrawnAsk(id=ask_id(2), what="权限请求", reason="host_gone"),
+                 cards.WithdrawnAsk(id=ask_id(1), what="Data*base", reason="caller_gone"))
+    card = render_progress_card(view(asks=(pending(3),), withdrawn=withdrawn)).card
+    assert [form["name"] for form in forms(card)] == ["ask_0"]
+    [note] = [e for e in card["body"]["elements"] if e["tag"] == "markdown" and "已撤回" in e["content"]]
+    assert note["content"] == ("**已撤回的问题**\n- 权限请求：已在终端处理，或智能体已停止等待。\n"
+                               "- Data&#42;base：智能体已断开，不再等待这个回答。")
+    assert card["body"]["elements"].index(note) > card["body"]["elements"].index(forms(card)[0])
+    # A finished run keeps saying why (its forms are gone either way); the latest three at most.
+    many = tuple(cards.WithdrawnAsk(id=ask_id(n), what=f"问题{n}", reason="host_gone") for n in range(5))
+    ended = texts(render_progress_card(view("completed", withdrawn=many)).card)
+    assert [f"问题{n}" in ended for n in range(5)] == [True, True, True, False, False]
+    # Other endings leave no line (the ask was answered, or the agent itself ended it).
+    assert "已撤回" not in texts(render_progress_card(view(withdrawn=(
+        cards.WithdrawnAsk(id=ask_id(1), what="Database", reason="by_agent"),))).card)
+
+
+def test_the_worst_case_ask_still_gets_its_form_beside_withdrawn_lines():
+    nasty = [question("*" * 2000, header="*" * 12, multi=True,
+                      labels=tuple('"' * 199 + str(j) for j in range(4)), description="<" * 1000)] * 4
+    withdrawn = tuple(cards.WithdrawnAsk(id=ask_id(n), what="*" * 200, reason="caller_gone") for n in range(9))
+    rendered = render_progress_card(view(asks=(pending(1, nasty),), title="标" * 500, detail_url="https://x.example/",
+                                         withdrawn=withdrawn, content="*" * 6000))
+    assert rendered.shown == (ask_id(1),)
+    assert rendered.size <= cards.CARD_MAX_BYTES
+    assert texts(rendered.card).count("智能体已断开，不再等待这个回答。") == 3
+
+
 def test_long_texts_are_cut_with_an_ellipsis():
     card = render_progress_card(view(asks=(pending(1, [question("问" * 2000)]),), title="T" * 300)).card
     assert card["header"]["title"]["content"] == "T" * 99 + "…"

@@ -140,6 +140,34 @@ def test_approved_on_a_feishu_card_the_command_runs_and_the_card_shows_progress(
     serving.until(lambda: "本轮已完成" in json.dumps(message.card, ensure_ascii=False), "the card to show the turn ended", WAIT)
 
 
+def test_the_host_giving_up_withdraws_the_form_from_the_feishu_card_saying_why(tmp_path, feishu_served):
+    """Nobody answers on the card before Claude Code's own hook timeout: its request closes, and
+    the card askcards PATCHes (the fake Feishu server holds every version) drops the form and
+    says why, in the panel's words."""
+    base, key, fake = feishu_served
+    query = f"session=feishu-{fake.app_id}-private-ou_alice&bot={fake.app_id}"
+    with FakeAnthropic([WRITE_HI, Text("No answer.")]) as api:
+        settings = _settings(base, query, timeout=600)
+        settings["hooks"]["PermissionRequest"][0]["hooks"][0]["timeout"] = 8  # Claude Code gives up first
+        host = Host(tmp_path, api, settings=settings, env={"ASKCARDS_KEY": key})
+        thread, done = _in_background(lambda: host.run_print("Write hi to out.txt"))
+
+        message = serving.until(lambda: next(iter(fake.messages.values()), None), "the progress card", WAIT)
+        asked = serving.until(lambda: forms(message.card) and message.card, "the approval on the card", WAIT)
+        assert "echo hi &#62; out.txt" in json.dumps(asked, ensure_ascii=False)  # shown literally (escaped)
+        thread.join(timeout=WAIT)
+        assert not thread.is_alive()
+        withdrawn = serving.until(
+            lambda: "已在终端处理，或智能体已停止等待。" in json.dumps(message.card, ensure_ascii=False) and message.card,
+            "the card to say why the form left", WAIT)
+
+    assert done["run"].returncode == 0, done["run"].stderr
+    assert not (host.project / "out.txt").exists()
+    assert not forms(withdrawn)
+    assert "- 权限请求：已在终端处理，或智能体已停止等待。" in json.dumps(withdrawn, ensure_ascii=False)
+    assert fake.calls("PATCH", f"/open-apis/im/v1/messages/{message.message_id}")
+
+
 # ------------------------------------------------------------------ AskUserQuestion, interactive
 
 QUESTION = "Which database should we use?"

@@ -241,3 +241,21 @@ def test_interactive_a_local_no_closes_the_hook_request(tmp_path):
 
     assert call.closed_at is not None
     assert not (host.project / "out.txt").exists()
+
+
+def test_a_tool_that_fails_after_its_permission_fires_post_tool_use_failure_with_the_same_input(tmp_path):
+    """Not PostToolUse: a tool that ran and failed (here WebFetch, offline) fires
+    PostToolUseFailure, with the tool input of its PermissionRequest — what askcards settles a
+    prompt answered in the terminal by (README's settings list both)."""
+    claude.binary()
+    fetch = ToolUse("WebFetch", {"url": "https://example.com/page", "prompt": "Summarize the page"})
+    with HookServer(lambda call: permission_decision("allow") if call.event == "PermissionRequest" else {}) as hooks, \
+            FakeAnthropic([fetch, Text("Done.")]) as api:
+        host = Host(tmp_path, api, settings=hooks_for(hooks, "PermissionRequest", "PostToolUse", "PostToolUseFailure"))
+        run = host.run_print("Fetch it")
+
+    assert run.returncode == 0, run.stderr
+    assert [call.event for call in hooks.calls] == ["PermissionRequest", "PostToolUseFailure"]
+    asked, failed = hooks.calls
+    assert failed.body["tool_name"] == "WebFetch" and failed.body["tool_input"] == asked.body["tool_input"]
+    assert failed.body["session_id"] == asked.body["session_id"] and failed.body["error"]

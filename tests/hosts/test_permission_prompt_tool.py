@@ -1,18 +1,25 @@
 """The headless permission-prompt tool over MCP, against a real ``serve`` with the official SDK's
 client (as ``claude -p --permission-prompt-tool mcp__askcards__permission_prompt`` calls it): listed
-only when the URL asks for it, answered on the web panel, returned in the contract's JSON text."""
+only when the URL asks for it, answered on the web panel, returned in the contract's JSON text;
+anything but a person's 允许 — nobody to ask, no answer in time — is a denial, and the client going
+away withdraws the ask."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 
 import pytest
+import requests
+from mcp import MCPError
 
+from askcards.hosts import prompt_tool
 from tests.mcp import support
 
 
 PROMPT_URL = support.WEB_SESSION + "&permission_prompt=1"
 BASH = {"tool_name": "Bash", "input": {"command": "git push --force"}, "tool_use_id": "toolu_01"}
+TIMEOUT_META = "io.askcards/timeout_seconds"
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +58,18 @@ def test_the_tool_is_listed_only_when_the_url_asks_for_it(served):
     plain, prompting = run(scenario)
     assert "permission_prompt" not in plain
     assert prompting == [*plain, "permission_prompt"]
+
+
+def test_nobody_to_ask_is_a_denial_saying_so(served):
+    """No panel open (and no card): nobody can be asked, so the tool denies at once. (Before any
+    test of this module opens alice's panel: her presence must be gone for sure.)"""
+    base, key, _ = served
+
+    async def scenario():
+        async with support.client(base, key, PROMPT_URL) as mcp:
+            return json.loads((await mcp.call_tool("permission_prompt", BASH)).content[0].text)
+
+    assert run(scenario) == {"behavior": "deny", "message": prompt_tool.NOBODY}
 
 
 def test_allowed_on_the_panel_the_tool_says_allow_with_the_input(served):
@@ -95,3 +114,44 @@ def test_ask_user_question_through_the_prompt_tool_is_asked_as_the_questions(ser
     shown, decision = run(scenario)
     assert shown["questions"][0]["header"] == "Database"
     assert decision == {"behavior": "allow", "updatedInput": {"questions": questions, "answers": {"Which database?": "SQLite"}}}
+
+
+# ------------------------------------------------------------------- anything but 允许 is a denial
+
+def test_no_answer_before_the_deadline_is_a_denial_and_the_panel_says_it_timed_out(served):
+    base, key, cookie = served
+
+    async def scenario():
+        async with support.Panel.open(base, cookie) as panel, support.client(base, key, PROMPT_URL) as mcp:
+            call = asyncio.ensure_future(mcp.call_tool("permission_prompt", BASH, meta={TIMEOUT_META: 2}))
+            shown = await panel.next_ask()
+            ended = await panel.receive("ask_user_questions_cancelled")  # nobody answers
+            return shown, ended, json.loads((await call).content[0].text)
+
+    shown, ended, decision = run(scenario)
+    assert "git push --force" in shown["questions"][0]["question"]
+    assert (ended["requestId"], ended["reason"]) == (shown["requestId"], "timeout")
+    assert decision == {"behavior": "deny", "message": prompt_tool.UNANSWERED}
+
+
+def test_the_client_going_away_withdraws_the_ask_from_the_panel(served):
+    """``claude -p`` interrupted (or killed) while the prompt waits: its request goes, and the
+    ask leaves alice's panel at once, with the reason she reads (nobody answers into a void)."""
+    base, key, cookie = served
+
+    async def scenario():
+        async with support.Panel.open(base, cookie) as panel:
+            async with support.client(base, key, PROMPT_URL) as mcp:
+                call = asyncio.ensure_future(mcp.call_tool("permission_prompt", BASH))
+                shown = await panel.next_ask()
+                call.cancel()
+                with contextlib.suppress(MCPError, asyncio.CancelledError):
+                    await call
+            ended = await panel.receive("ask_user_questions_cancelled")
+            return shown, ended
+
+    shown, ended = run(scenario)
+    assert (ended["requestId"], ended["reason"]) == (shown["requestId"], "host_gone")
+    response = requests.get(f"{base}/api/v1/asks/{shown['requestId']}", timeout=10,
+                            headers={"Authorization": f"Bearer {key}"})
+    assert (response.json()["status"], response.json()["reason"]) == ("cancelled", "host_gone")

@@ -56,3 +56,59 @@ async def test_an_unknown_url_parameter_is_refused_before_anything_is_asked(pres
         assert response["status"] == 400, query
     assert await database_sync_to_async(Ask.objects.count)() == 0
     await asyncio.sleep(0)
+
+
+async def test_a_multiedit_whose_edits_are_no_list_is_shown_as_it_came_and_never_500(present):  # noqa: F811
+    """The audit's crash (``edits`` a number): both hosts ask with the tool's raw input shown — not
+    "0 edits" — and allow it only on a person's 允许."""
+    _, key = present
+    event = {**BASH, "tool_name": "MultiEdit", "tool_input": {"file_path": "app.py", "edits": 5}}
+    for path in (SESSION_URL, SESSION_URL.replace("claude-code", "codex")):
+        ask, reply = await _decided(key, event, [["拒绝"]], path=path)
+        text = ask.questions[0]["question"]
+        assert "使用工具 MultiEdit" in text and '"edits": 5' in text and "编辑文件（0 处）" not in text
+        assert reply["hookSpecificOutput"]["decision"]["behavior"] == "deny"
+        await database_sync_to_async(Ask.objects.all().delete)()
+
+
+@pytest.mark.parametrize("suggestions", [
+    [{"type": "addDirectories", "directories": 5}],  # the audit's crash
+    [{"type": "addDirectories", "directories": ["/srv", 5]}],
+    [{"type": "addRules", "rules": 5, "behavior": "allow"}],
+    [{"type": "addRules", "rules": [{"toolName": ["Bash"]}]}],
+    [{"type": "setMode", "mode": "acceptEdits"}, {"type": "removeRules", "rules": [{"toolName": "Bash"}]}],
+    ["addRules"],
+])
+async def test_a_session_rule_askcards_cannot_put_in_words_is_not_offered(present, suggestions):  # noqa: F811
+    """本会话内允许 is offered only when every rule it would add can be read on the card."""
+    _, key = present
+    ask, reply = await _decided(key, {**BASH, "permission_suggestions": suggestions}, [["允许"]])
+    assert [o["label"] for o in ask.questions[0]["options"]] == ["允许", "拒绝"]
+    assert reply["hookSpecificOutput"]["decision"] == {"behavior": "allow", "updatedInput": BASH["tool_input"]}
+
+
+async def test_every_rule_claude_code_suggests_is_named_on_the_option(present):  # noqa: F811
+    _, key = present
+    suggestions = [{"type": "addDirectories", "directories": ["/srv/shop"], "destination": "session"},
+                   {"type": "setMode", "mode": "acceptEdits", "destination": "session"},
+                   {"type": "addRules", "rules": [{"toolName": "Bash", "ruleContent": "make:*"}, {"toolName": "Read"}],
+                    "behavior": "allow", "destination": "localSettings"}]
+    ask, _ = await _decided(key, {**BASH, "permission_suggestions": suggestions}, [["拒绝"]])
+    assert ask.questions[0]["options"][2] == {
+        "label": "本会话内允许", "description": "本会话内不再询问：目录 /srv/shop、模式 acceptEdits、Bash(make:*)、Read"}
+
+
+async def test_no_model_can_set_or_loosen_an_answers_rules(present):  # noqa: F811
+    """The rules an elicitation puts on its answers are set by askcards from the host's event: a
+    model's ask_user_questions (or dingtalk_ask_user_question) arguments have no place for them."""
+    agent, _ = present
+    from askcards import services
+    from tests.conftest import QUESTIONS
+
+    session = await database_sync_to_async(services.session_upsert)(
+        agent=agent, key="web/alice", platform="web", web_user="alice", user_id="alice")
+    forged = [{**QUESTIONS[0], "check": {"kind": "integer", "title": "x", "required": False}}]
+    outcome = await database_sync_to_async(services.tool_call)(
+        agent=agent, session=session[0], name="ask_user_questions", arguments={"questions": forged})
+    assert outcome.ask is None and "check" in outcome.tool_result
+    assert await database_sync_to_async(Ask.objects.count)() == 0

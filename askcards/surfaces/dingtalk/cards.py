@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from askcards.surfaces.base import shortened
-from askcards.tools import dumps
+from askcards.tools import answer_checks, dumps
 from askcards.tools.dingtalk_ask_user_question import DEFAULT_TIMEOUT_MINUTES, Submission
 
 # The reference plugin's built-in template (reference §4); a bot may configure its own.
@@ -174,7 +174,10 @@ def card_variables(state: CardState) -> dict[str, str]:
         "selected_values": "[]",
         # Keys sorted: the fields come back from PostgreSQL's jsonb in another key order than they
         # were created in, and an unchanged form must compare equal to what was pushed.
-        "form": json.dumps({"fields": state.fields}, ensure_ascii=False, separators=(",", ":"), sort_keys=True),
+        # An agent host's answer checks stay askcards' own (checked when a submit arrives).
+        "form": json.dumps({"fields": [{key: value for key, value in field.items() if key != answer_checks.KEY}
+                                       for field in state.fields]},
+                           ensure_ascii=False, separators=(",", ":"), sort_keys=True),
     }
     if not state.reason:
         if state.targeted and state.received > 0:

@@ -1,6 +1,9 @@
 """The Feishu progress card (SPEC §6.1; reference §1, §1.12, §6) as pure functions of plain data.
 
 One ``form`` per pending ask, stacked in registration order, only while the task is running.
+A form withdrawn because nobody waits for its answer any more (the agent host answered in its
+terminal or stopped waiting, an MCP caller went away) leaves a line saying so, in the words the
+panel and the DingTalk card use, instead of just vanishing.
 Names are unique across the whole card (``ask_{n}``, ``q{n}_{i}``, ``c{n}_{i}``, ``submit_{n}``,
 where ``n`` is the form's position on this render); the ask id only travels in the submit
 button's callback value. Every render fits Feishu's limits: asks that do not fit become a note
@@ -43,10 +46,21 @@ DEFAULT_TITLE = "任务进度"
 HINT = "有 {n} 组问题等待你的回复：请在下方表单中作答并点击「提交答案」，无需另发消息回复。"
 OVERFLOW_NOTE = "另有 {n} 组问题超出卡片容量，请在网页面板中作答"
 
+# Why a form left the card without an answer, for the endings a person could not tell from the
+# card alone (the panel's and the DingTalk card's words); the latest few of the run are named.
+WITHDRAWN_TEXT = {
+    "host_gone": "已在终端处理，或智能体已停止等待。",
+    "caller_gone": "智能体已断开，不再等待这个回答。",
+}
+WITHDRAWN_HEADING = "已撤回的问题"
+WITHDRAWN_SHOWN = 3
+WITHDRAWN_WHAT_CHARS = 20  # a header (ask_user_questions: at most 12)
+
 TOAST_SUBMITTED = "已提交"
 TOAST_STALE = "问题已失效"
 TOAST_NOT_SENDER = "仅消息发送者可操作"
 TOAST_BLANK = "请至少选择一项或填写其他"
+TOAST_REFUSED = "提交未被记录：{why}"  # the form's own rules refused the answer (DingTalk's words)
 TOAST_CANCELLED = "任务已取消"  # the card's cancel button; the spec gives no text
 
 STATUS_TEXT = {
@@ -76,6 +90,15 @@ class PendingAsk:
 
 
 @dataclass(frozen=True)
+class WithdrawnAsk:
+    """An ask of this run withdrawn from the card, and why (a ``WITHDRAWN_TEXT`` reason)."""
+
+    id: str
+    what: str  # its first question's header
+    reason: str
+
+
+@dataclass(frozen=True)
 class ProgressView:
     """Everything one render of a session's progress card depends on."""
 
@@ -88,6 +111,7 @@ class ProgressView:
     panel_url: str = ""  # where asks that do not fit can be answered
     asks: Sequence[PendingAsk] = ()  # registration order
     more_asks: int = 0  # pending asks after ``asks`` that were not even loaded: they go to the panel note
+    withdrawn: Sequence[WithdrawnAsk] = ()  # the run's latest withdrawn asks, newest first
 
 
 @dataclass(frozen=True)
@@ -220,6 +244,15 @@ def _overflow_note(count: int, panel_url: str) -> dict[str, Any]:
     return {"tag": "markdown", "content": text}
 
 
+def withdrawn_note(withdrawn: Sequence[WithdrawnAsk]) -> dict[str, Any] | None:
+    """One line per withdrawn ask (at most ``WITHDRAWN_SHOWN``): what it asked and why it left."""
+    lines = [f"- {escape_md(truncate(ask.what, WITHDRAWN_WHAT_CHARS))}：{WITHDRAWN_TEXT[ask.reason]}"
+             for ask in withdrawn[:WITHDRAWN_SHOWN] if ask.reason in WITHDRAWN_TEXT]
+    if not lines:
+        return None
+    return {"tag": "markdown", "content": f"**{WITHDRAWN_HEADING}**\n" + "\n".join(lines)}
+
+
 def _assemble(view: ProgressView, forms: list[dict[str, Any]], overflow: int, content: str) -> dict[str, Any]:
     waiting = bool(forms or overflow)
     status_text = WAITING if waiting else STATUS_TEXT[view.status]
@@ -236,6 +269,9 @@ def _assemble(view: ProgressView, forms: list[dict[str, Any]], overflow: int, co
         elements += forms
     if overflow:
         elements.append(_overflow_note(overflow, view.panel_url))
+    note = withdrawn_note(view.withdrawn)
+    if note is not None:
+        elements.append(note)
     elements += _buttons(view)
     return {
         "schema": "2.0",

@@ -32,7 +32,9 @@ from askcards.surfaces import sync
 from askcards.surfaces.base import Surface, SyncReport
 from askcards.surfaces.http import thread_client
 
-from .cards import PendingAsk, ProgressView, RenderedCard, render_progress_card
+from .cards import (
+    WITHDRAWN_SHOWN, WITHDRAWN_TEXT, PendingAsk, ProgressView, RenderedCard, WithdrawnAsk, render_progress_card,
+)
 from .client import FeishuClient, FeishuError
 
 logger = logging.getLogger(__name__)
@@ -95,8 +97,29 @@ def render(card: ProgressCard, pending: list[Ask] | None = None) -> RenderedCard
         panel_url=panel_url() if session.web_user else "",
         asks=asks,
         more_asks=more,
+        withdrawn=withdrawn_asks(card),
     )
     return render_progress_card(view)
+
+
+def withdrawn_asks(card: ProgressCard) -> list[WithdrawnAsk]:
+    """The run's latest asks withdrawn from this card because nobody waits for them any more
+    (``WITHDRAWN_TEXT``'s reasons), newest first: each was shown here (activated, a Feishu ask)
+    and ended since the run's card was made."""
+    rows = (
+        Ask.objects.filter(session_id=card.session_id, status=Ask.Status.CANCELLED, reason__in=list(WITHDRAWN_TEXT),
+                           closed_at__gte=card.created_at, activated_at__isnull=False)
+        .order_by("-closed_at", "-id")
+        .only("id", "questions", "reason", "surfaces")[: WITHDRAWN_SHOWN * 3]
+    )
+    withdrawn = [WithdrawnAsk(id=ask.id, what=_header(ask), reason=ask.reason) for ask in rows if NAME in ask.surfaces]
+    return withdrawn[:WITHDRAWN_SHOWN]
+
+
+def _header(ask: Ask) -> str:
+    questions = ask.questions or []
+    first = questions[0] if questions and isinstance(questions[0], dict) else {}
+    return str(first.get("header") or "问题")
 
 
 class FeishuSurface(Surface):

@@ -6,7 +6,8 @@ in the DingTalk client, but a callback is only as good as its sender, and the pa
 page: so the server checks everything the card's form would have enforced, whichever way the
 answer came — the value shapes and options (``value_problem``, reference §3), required fields
 filled, dates and times in the card's formats, and the lengths every surface shares
-(``ANSWER_TEXT_MAX_CHARS`` per value, ``ANSWER_MAX_CHARS`` per form). What fails is refused
+(``ANSWER_TEXT_MAX_CHARS`` per value, ``ANSWER_MAX_CHARS`` per form), and the rules an agent host's
+elicitation set on its fields (``answer_checks``). What fails is refused
 (``FormRefused``: Chinese, naming the field by its label, never the value) and changes nothing.
 
 Two things are not refused, because a person could not have caused them and refusing would only
@@ -26,8 +27,9 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any
 
-from ..base import ANSWER_MAX_CHARS, ANSWER_TEXT_MAX_CHARS
-from .request import as_text, is_default, value_problem
+from .. import answer_checks
+from ..base import ANSWER_MAX_CHARS, ANSWER_TEXT_MAX_CHARS, AnswerRefused
+from .request import as_text, is_default, option_texts, value_problem
 from .schema import OPTION_TYPES
 
 
@@ -139,7 +141,24 @@ def check_form(form_fields: list[dict[str, Any]], form: Any) -> CheckedForm:
                 if written > ANSWER_MAX_CHARS:
                     raise FormRefused(f"回答合计超过 {ANSWER_MAX_CHARS} 字，请精简后再提交。", name)
         checked[name] = raw
+    _enforce_checks(form_fields, checked)
     return CheckedForm(checked, unknown, tuple(kept))
+
+
+def _enforce_checks(form_fields: list[dict[str, Any]], checked: dict[str, Any]) -> None:
+    """The checks an agent host's elicitation put on its choice fields (``answer_checks``), each
+    read with the words of the field's 其他 box (the check's ``other``)."""
+    checked_fields = [field for field in form_fields if isinstance(field.get(answer_checks.KEY), dict)]
+    if not checked_fields:
+        return
+    answers = []
+    for field in checked_fields:
+        other = field[answer_checks.KEY].get("other")
+        answers.append((option_texts(field, checked.get(field["name"])), as_text(checked.get(other)) if other else ""))
+    try:
+        answer_checks.enforce([field[answer_checks.KEY] for field in checked_fields], answers)
+    except AnswerRefused as refused:
+        raise FormRefused(str(refused), checked_fields[refused.position]["name"]) from None
 
 
 def _required_text(field: dict[str, Any], label: str) -> str:

@@ -369,6 +369,12 @@ def _finite_number(raw: Any) -> bool:
         return False
 
 
+def option_texts(field: dict[str, Any], raw: Any) -> list[str]:
+    """The texts of the options a choice field's value picks (a value no option has, as it is)."""
+    texts = {option["value"]: option["text"] for option in field.get("options") or []}
+    return [texts.get(value, value) for value in _values(raw) if value != ""]
+
+
 def _values(raw: Any) -> list[str]:
     if raw is None:
         return []

@@ -1,0 +1,163 @@
+"""An ask withdrawn because nobody waits for its answer any more says so, in the same words, on
+every surface: the agent host answered in its terminal or stopped waiting (``host_gone``:
+「已在终端处理，或智能体已停止等待。」) or an MCP caller went away (``caller_gone``:
+「智能体已断开，不再等待这个回答。」). Here the Feishu progress card (rendered as it is PATCHed)
+and the DingTalk card (as the fake DingTalk server holds it after the card sync); the panel's
+words are tested in a real browser (tests/e2e/test_panel_browser.py); a real ``serve`` with the
+real Claude Code CLI giving up on a Feishu card in tests/hosts/test_claude_code_askcards.py, and a
+closed hook request on a DingTalk card in tests/hosts/test_withdrawn_e2e.py."""
+import asyncio
+import json
+
+import pytest
+from channels.db import database_sync_to_async
+from channels.testing import ApplicationCommunicator
+
+from askcards import services
+from askcards.models import Ask, CardMessage, ProgressCard
+from askcards.surfaces.feishu import surface as feishu_surface
+from project.asgi import application
+from tests.conftest import QUESTIONS, grant_bot
+from tests.hosts.test_claude_code_hook import BASH, _open_ask, _scope
+
+pytestmark = [pytest.mark.django_db(transaction=True)]
+
+HOST_GONE = "已在终端处理，或智能体已停止等待。"
+CALLER_GONE = "智能体已断开，不再等待这个回答。"
+FEISHU_URL = "/hooks/claude-code?session=feishu-cli_host-private-ou_alice&bot=cli_host"
+
+
+async def _given_up(path: str, key: str, event: dict) -> Ask:
+    """Post the hook's event, wait until its prompt is asked, then close the request as Claude
+    Code does when it stops waiting; the ask once withdrawn."""
+    raw = json.dumps(event).encode()
+    host = ApplicationCommunicator(application, _scope(path, key, raw))
+    await host.send_input({"type": "http.request", "body": raw, "more_body": False})
+    ask = await _open_ask()
+    await host.send_input({"type": "http.disconnect"})
+    for _ in range(100):
+        ask = await database_sync_to_async(Ask.objects.get)(pk=ask.id)
+        if ask.status != "pending":
+            break
+        await asyncio.sleep(0.05)
+    await host.wait(timeout=5)
+    assert (ask.status, ask.reason) == ("cancelled", "host_gone")
+    return ask
+
+
+def _left_by_its_caller(ask: Ask, settings) -> None:
+    """The MCP client of a blocking call went away and its grace period passed: the worker's sweep."""
+    settings.ASKCARDS_MCP_CALLER_GRACE_SECONDS = 0
+    services.waiter_parked(ask_id=ask.id)
+    services.caller_left(ask_id=ask.id)
+    assert services.waits_lapsed(now=ask.deadline) == 1
+    ask.refresh_from_db()
+    assert (ask.status, ask.reason) == ("cancelled", "caller_gone")
+
+
+# --------------------------------------------------------------------------------------- Feishu
+
+@pytest.fixture
+def feishu(agent_and_key, settings):
+    settings.ASKCARDS_SURFACES = ["askcards.surfaces.feishu.surface.FeishuSurface"]
+    agent, key = agent_and_key
+    bot = services.bot_add(platform="feishu", app_id="cli_host", app_secret="secret", base_url="http://127.0.0.1:9")
+    grant_bot(agent, bot)
+    return agent, key, bot
+
+
+def _card_texts(session_key="feishu-cli_host-private-ou_alice"):
+    card = ProgressCard.objects.filter(session__key=session_key).order_by("-id").first()
+    rendered = feishu_surface.render(card).card
+    return card, json.dumps(rendered, ensure_ascii=False)
+
+
+@pytest.mark.asyncio
+async def test_on_a_feishu_card_a_prompt_the_host_gave_up_on_says_why(feishu):
+    _, key, _ = feishu
+    await _given_up(FEISHU_URL, key, BASH)
+
+    card, texts = await database_sync_to_async(_card_texts)()
+    assert card.status == "running"  # the run goes on; only the prompt left
+    assert f"- 权限请求：{HOST_GONE}" in texts
+    assert '"tag":"form"' not in texts.replace(" ", "")
+    # The card was marked for a PATCH in the withdrawal's own transaction.
+    message = await database_sync_to_async(CardMessage.objects.get)(progress_card=card)
+    assert message.version > 1
+
+
+def test_on_a_feishu_card_an_mcp_ask_whose_caller_left_says_why(feishu, settings):
+    agent, _, bot = feishu
+    session, _ = services.session_upsert(agent=agent, key="feishu-cli_host-private-ou_alice", bot=bot)
+    services.progress_put(session=session, status="running", title="部署")
+    ask = services.tool_call(agent=agent, session=session, name="ask_user_questions",
+                             arguments={"questions": QUESTIONS}).ask
+    assert ask.surfaces == ["feishu"]
+    _left_by_its_caller(ask, settings)
+
+    _, texts = _card_texts()
+    assert f"- Database：{CALLER_GONE}" in texts
+    # A later answer of the run, or the run's end, does not take the line away.
+    services.progress_put(session=session, status="completed", content="完成")
+    _, texts = _card_texts()
+    assert f"- Database：{CALLER_GONE}" in texts and "完成" in texts
+
+
+def test_an_ask_of_an_earlier_run_is_not_named_on_the_next_runs_card(feishu, settings):
+    agent, _, bot = feishu
+    session, _ = services.session_upsert(agent=agent, key="feishu-cli_host-private-ou_alice", bot=bot)
+    services.progress_put(session=session, status="running", title="第一轮")
+    ask = services.tool_call(agent=agent, session=session, name="ask_user_questions",
+                             arguments={"questions": QUESTIONS}).ask
+    _left_by_its_caller(ask, settings)
+    services.progress_put(session=session, status="completed")
+    services.progress_put(session=session, status="running", title="第二轮")
+
+    _, texts = _card_texts()
+    assert "第二轮" in texts and CALLER_GONE not in texts
+
+
+# ------------------------------------------------------------------------------------- DingTalk
+
+@pytest.fixture
+def dingtalk(agent_and_key, settings):
+    from tests.dingtalk.integration import make_bot
+    from tests.fakes.dingtalk import FakeDingTalk
+
+    settings.ASKCARDS_SURFACES = ["askcards.surfaces.dingtalk.surface.DingTalkSurface"]
+    agent, key = agent_and_key
+    with FakeDingTalk() as fake:
+        bot = make_bot(fake)  # Stream mode: the card calls back over the bot's own connection
+        grant_bot(agent, bot)
+        yield agent, key, bot, fake
+
+
+def _dingtalk_card(fake, ask):
+    from tests.dingtalk.integration import sync_cards
+
+    sync_cards()
+    track = CardMessage.objects.get(ask_id=ask.id).message_id
+    return fake.card_params(track)
+
+
+@pytest.mark.asyncio
+async def test_on_a_dingtalk_card_a_prompt_the_host_gave_up_on_says_why(dingtalk):
+    _, key, bot, fake = dingtalk
+    path = (f"/hooks/claude-code?session=dingtalk%2Fdm%2Fstaff_a&platform=dingtalk&chat_type=p2p&user_id=staff_a"
+            f"&bot={bot.app_id}")
+    ask = await _given_up(path, key, BASH)
+
+    params = await database_sync_to_async(_dingtalk_card)(fake, ask)
+    assert (params["card_status"], params["question_desc"], params["form_btn_text"]) == ("expired", HOST_GONE, "已失效")
+
+
+def test_on_a_dingtalk_card_an_mcp_ask_whose_caller_left_says_why(dingtalk, settings):
+    agent, _, bot, fake = dingtalk
+    session, _ = services.session_upsert(agent=agent, key="dingtalk/dm/staff_a", platform="dingtalk", bot=bot,
+                                         chat_type="p2p", user_id="staff_a")
+    ask = services.tool_call(agent=agent, session=session, name="dingtalk_ask_user_question", arguments={
+        "questions": [{"question": "部署到哪个环境？", "header": "环境", "options": [{"label": "测试"}, {"label": "生产"}]}]}).ask
+    _left_by_its_caller(ask, settings)
+
+    params = _dingtalk_card(fake, ask)
+    assert (params["card_status"], params["question_desc"], params["form_btn_text"]) == ("expired", CALLER_GONE, "已失效")
