@@ -29,7 +29,7 @@ def _script():
 def test_allowed_on_the_panel_the_command_runs(tmp_path):
     with askcards(tmp_path / "askcards") as (base, key, alice):
         alice.answers([["允许"]])
-        hook = curl_hook_command(f"{base}/hooks/codex?{WEB_SESSION}&timeout=60", key, max_time=55)
+        hook = curl_hook_command(f"{base}/hooks/codex?{WEB_SESSION}&timeout=55", key, max_time=55)
         with FakeResponsesAPI(_script()) as api, CodexTUI(tmp_path, api, hook, prompt="make a marker",
                                                            hook_timeout=60) as codex:
             codex.wait_for_screen(FINAL, seconds=60)
@@ -41,7 +41,7 @@ def test_allowed_on_the_panel_the_command_runs(tmp_path):
 def test_denied_on_the_panel_it_does_not_run_and_the_model_reads_why(tmp_path):
     with askcards(tmp_path / "askcards") as (base, key, alice):
         alice.answers([["拒绝"]], custom="不要在这里建文件")
-        hook = curl_hook_command(f"{base}/hooks/codex?{WEB_SESSION}&timeout=60", key, max_time=55)
+        hook = curl_hook_command(f"{base}/hooks/codex?{WEB_SESSION}&timeout=55", key, max_time=55)
         with FakeResponsesAPI(_script()) as api, CodexTUI(tmp_path, api, hook, prompt="make a marker",
                                                            hook_timeout=60) as codex:
             codex.wait_for_screen(FINAL, seconds=60)
