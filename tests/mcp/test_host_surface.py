@@ -65,14 +65,20 @@ async def test_the_task_asks_the_hosts_user_and_their_answer_wins(agent_and_key,
     assert completed["status"] == "completed" and completed["result"]["isError"] is False
 
 
-@pytest.mark.parametrize("action", ["decline", "cancel"])
-async def test_declining_or_dismissing_the_hosts_form_is_the_persons_answer(action, agent_and_key, present_session):
+@pytest.mark.parametrize("action,reason,text", [("decline", "declined", "用户拒绝回答"),
+                                                ("cancel", "dismissed", "用户关闭了提问，未作答")])
+async def test_declining_or_dismissing_the_hosts_form_is_the_persons_answer(action, reason, text, agent_and_key,
+                                                                           present_session, recording_surface):
     key = agent_and_key[1]
     task_id = await _task(key)
     await _respond(key, task_id, {"action": action})
     ask = await database_sync_to_async(_ask)(task_id)
-    assert (ask.status, ask.reason) == ("cancelled", "by_respondent")
-    assert (await modern(key, "tasks/get", {"taskId": task_id})).result["status"] == "cancelled"
+    assert (ask.status, ask.reason) == ("cancelled", reason)  # declined and dismissed, told apart
+    closed = await database_sync_to_async(lambda: AskEvent.objects.get(ask_id=task_id, kind=AskEvent.Kind.CLOSED))()
+    assert closed.surface == "host"
+    assert ("withdraw", task_id, "cancelled") in recording_surface.calls
+    got = (await modern(key, "tasks/get", {"taskId": task_id})).result
+    assert got["status"] == "cancelled" and text in got["statusMessage"]
 
 
 async def test_an_answer_on_the_panel_first_wins_over_the_hosts(agent_and_key, present_session):
@@ -166,7 +172,8 @@ async def test_a_declined_blocking_call_returns_the_persons_refusal(agent_and_ke
     first = await _first_round(key)
     (name, _), = first["inputRequests"].items()
     result = (await _retry(key, first["requestState"], {name: {"action": "decline"}})).result
-    assert result["isError"] is True and "用户取消了提问" in result["content"][0]["text"]
+    assert result["isError"] is True and "用户拒绝回答" in result["content"][0]["text"]
+    assert result["structuredContent"]["ask"]["reason"] == "declined"
 
 
 @pytest.mark.parametrize("forge", ["garbage", "other-agent", "tampered"])
