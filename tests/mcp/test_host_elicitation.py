@@ -48,6 +48,7 @@ class Responses:
 
     def __init__(self):
         self.seen: list[tuple[int, dict]] = []
+        self.urls: list[httpx2.URL] = []  # where each was posted
         self.arrived = asyncio.Event()
 
     async def hook(self, response: httpx2.Response) -> None:
@@ -57,6 +58,7 @@ class Responses:
         body = json.loads(request.content)
         if "method" not in body and ("result" in body or "error" in body):
             self.seen.append((response.status_code, body))
+            self.urls.append(request.url)
             self.arrived.set()
 
     async def first(self) -> tuple[int, dict]:
