@@ -176,7 +176,8 @@ class McpApp:
             if rejected is None:
                 await edge.send_response(send, HttpResponse(status=202), request)
             else:
-                await edge.send_response(send, _jsonrpc_error(rejected.status, rejected.code, rejected.message), request)
+                refusal = _jsonrpc_error(rejected.status, rejected.code, rejected.message)
+                await edge.send_response(send, refusal, request)
             return
         if issued is not None:
             send = _with_session(send, issued)

@@ -108,5 +108,6 @@ def take_response(agent: Agent, message: Mapping[str, Any]) -> Refused | None:
         logger.info("ask %s: the host's form content does not answer it (%s); asking again", ask_id, response.why)
         events.send([(events.ask_group(ask_id), {"type": ASK_AGAIN})])
     elif not response.taken:
-        logger.info("ask %s: the host's response came after it ended (%s), nothing changed", ask_id, response.ask.reason)
+        logger.info("ask %s: the host's response came after it ended (%s), nothing changed", ask_id,
+                    response.ask.reason)
     return None

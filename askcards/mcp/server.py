@@ -232,7 +232,8 @@ def shows_apps(ctx: ServerRequestContext[Any, Any]) -> bool:
     return _declared(ctx).apps
 
 
-def _host_form(ctx: ServerRequestContext[Any, Any], caller: Caller, ask: Ask, *, task: bool = False) -> dict[str, Any] | None:
+def _host_form(ctx: ServerRequestContext[Any, Any], caller: Caller, ask: Ask, *,
+               task: bool = False) -> dict[str, Any] | None:
     """The form elicitation putting this open ask to the host's own user on this request, or None:
     the URL opts in (``host=ask``), the client shows form elicitations, the ask is one person's
     (a question form, or an ordinary DingTalk card) and its form can be expressed on this
@@ -704,7 +705,8 @@ async def tasks_result(ctx: ServerRequestContext[Any, Any], params: types.GetTas
         except QuotaExceeded as exc:
             raise MCPError(code=QUOTA_EXCEEDED, message=f"{exc.message} (retry after {exc.retry_after} s)") from None
         async with events.Subscription("MCP call") as subscription:
-            ask = await _park(ctx, _caller.get(), ask.id, subscription, ask_host=_host_asker(ctx, _caller.get(), task=True))
+            ask_host = _host_asker(ctx, _caller.get(), task=True)
+            ask = await _park(ctx, _caller.get(), ask.id, subscription, ask_host=ask_host)
         if ask.is_open:
             raise MCPError(code=INTERNAL_ERROR, message=f"task {ask.id} is still working past its deadline; poll tasks/get")
         status = types.TaskStatusNotification(params=types.TaskStatusNotificationParams.model_validate(results.task(ask), by_name=False))

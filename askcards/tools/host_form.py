@@ -214,6 +214,9 @@ def _dingtalk_form(fields: list[dict[str, Any]], content: dict[str, Any]) -> dic
             if not all(isinstance(value, str) and value in values for value in chosen):
                 raise FormContentError(f"{name}: {raw!r} is none of the options")
             indexes = [values.index(value) for value in chosen]
-            raw = {"index": indexes, "value": chosen} if kind == "MULTI_SELECT" else {"index": indexes[0], "value": chosen[0]}
+            if kind == "MULTI_SELECT":
+                raw = {"index": indexes, "value": chosen}
+            else:
+                raw = {"index": indexes[0], "value": chosen[0]}
         form[name] = raw
     return form

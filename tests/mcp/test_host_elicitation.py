@@ -189,6 +189,28 @@ def test_declining_or_dismissing_the_form_is_the_persons_answer(served: Served, 
     assert withdrawn["reason"] == reason  # the panel reads 「已在 MCP 客户端拒绝回答。」 / 「…关闭，未作答。」
 
 
+def test_content_that_does_not_answer_the_form_is_asked_again(served: Served):
+    """The first response names no option (a client that did not check the schema): it changes
+    nothing, and the parked call puts the form again; the second answers."""
+    qs = questions("host again")
+    replies = [accept({"q1": "MongoDB"}), accept({"q1": "SQLite"})]
+    asked: list[Any] = []
+
+    async def on_form(ctx, params):
+        asked.append(params)
+        return replies[len(asked) - 1]
+
+    async def scenario():
+        async with panel(served.base, served.cookie):
+            async with host_client(served.base, served.key, hosted("host-again"), on_form) as (mcp, seen):
+                result = await asyncio.wait_for(mcp.call_tool("ask_user_questions", {"questions": qs}), support.TIMEOUT)
+        return result, [status for status, _ in seen.seen]
+
+    result, statuses = run(scenario())
+    assert len(asked) == 2 and statuses == [202, 202]
+    assert json.loads(result.content[0].text) == answers(qs, "SQLite")
+
+
 def test_without_host_ask_the_client_is_asked_nothing(served: Served):
     qs = questions("host off")
     asked: list[Any] = []

@@ -12,6 +12,7 @@ from tests.conftest import QUESTIONS
 DINGTALK = "dingtalk_ask_user_question"
 MULTI = [dict(QUESTIONS[0], multiSelect=True)]
 OPTIONS = [{"value": "a", "text": "甲"}, {"value": "b", "text": "乙"}]
+CHOICES = [{"const": "a", "title": "甲"}, {"const": "b", "title": "乙"}]
 
 
 def form(fields=None, questions=None, legacy=False):
@@ -38,10 +39,10 @@ def test_questions_on_2025_11_25_and_2025_06_18():
     ("DATE", {"type": "string", "format": "date"}),
     ("CHECKBOX", {"type": "boolean"}),
     ("SWITCH", {"type": "boolean"}),
-    ("SELECT", {"type": "string", "oneOf": [{"const": "a", "title": "甲"}, {"const": "b", "title": "乙"}]}),
-    ("CHECKBOX_GROUP", {"type": "string", "oneOf": [{"const": "a", "title": "甲"}, {"const": "b", "title": "乙"}]}),
-    ("MULTI_SELECT", {"type": "array", "items": {"anyOf": [{"const": "a", "title": "甲"}, {"const": "b", "title": "乙"}]}}),
-    ("MULTI_CHECKBOX_GROUP", {"type": "array", "items": {"anyOf": [{"const": "a", "title": "甲"}, {"const": "b", "title": "乙"}]}}),
+    ("SELECT", {"type": "string", "oneOf": CHOICES}),
+    ("CHECKBOX_GROUP", {"type": "string", "oneOf": CHOICES}),
+    ("MULTI_SELECT", {"type": "array", "items": {"anyOf": CHOICES}}),
+    ("MULTI_CHECKBOX_GROUP", {"type": "array", "items": {"anyOf": CHOICES}}),
 ])
 def test_each_dingtalk_field_the_schema_can_hold(kind, expected):
     field = {"name": "f", "label": "字段", "type": kind, "required": True, "options": OPTIONS}

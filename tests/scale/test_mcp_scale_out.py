@@ -244,7 +244,8 @@ def test_the_hosts_answer_posted_to_b_wakes_the_call_parked_on_a(cluster, pg_db)
                 await panel.next_ask()  # on the panel too, as always
                 return types.ElicitResult(action="accept", content={"q1": "SQLite"})
 
-            async with host_client(cluster["a"], cluster["key"], query, on_form, responses_to=cluster["b"]) as (mcp, seen):
+            async with host_client(cluster["a"], cluster["key"], query, on_form,
+                                   responses_to=cluster["b"]) as (mcp, seen):
                 result = await asyncio.wait_for(
                     mcp.call_tool("ask_user_questions", {"questions": support.QUESTIONS},
                                   meta={"io.askcards/timeout_seconds": ASK_TIMEOUT}),
