@@ -3,8 +3,11 @@ client's own user through a form elicitation (``input_required``), and their res
 with ``tasks/update``, races the panel and the cards. Through the real ASGI app."""
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from channels.db import database_sync_to_async
+from django.utils import timezone
 
 from askcards import services
 from askcards.models import Ask, AskEvent
@@ -192,3 +195,18 @@ async def test_a_request_state_not_signed_for_this_agent_is_refused(forge, agent
     answer = await _retry(key, state, {name: {"action": "accept", "content": {"q1": "SQLite"}}})
     assert answer.error["code"] == -32602 and "requestState" in answer.error["message"]
     assert (await database_sync_to_async(_ask)(ask_id)).status == Ask.Status.PENDING
+
+
+async def test_between_the_two_rounds_the_ask_holds_no_lease_and_a_slow_answer_still_counts(agent_and_key,
+                                                                                           present_session):
+    """No request is open while the host's user fills the form in, so nothing tells them from a
+    client that went away: the ask is not withdrawn (caller_gone) however long they take."""
+    key = agent_and_key[1]
+    first = await _first_round(key)
+    (name, _), = first["inputRequests"].items()
+    ask_id = name.removeprefix("askcards-answer-")
+    assert (await database_sync_to_async(_ask)(ask_id)).waiter_until is None
+    later = timezone.now() + timedelta(minutes=10)  # long past any grace period
+    assert await database_sync_to_async(services.waits_lapsed)(now=later) == 0  # the sweep leaves it alone
+    result = (await _retry(key, first["requestState"], {name: {"action": "accept", "content": {"q1": "SQLite"}}})).result
+    assert result["isError"] is False and '"SQLite"' in result["content"][0]["text"]
