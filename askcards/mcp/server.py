@@ -19,6 +19,11 @@
   like the 2025-11-25 ones; a request that does not declare the extension gets -32021 for them,
   and ``tasks/result`` / ``tasks/list`` (gone from this revision) are -32601.
 
+- The host as a surface (``host=ask``): an open ask also put to the MCP client's own user as a
+  form elicitation — on 2026-07-28 as ``input_required`` (``tasks/get``; a blocking call's two
+  rounds), on the handshake revisions as ``elicitation/create`` on the waiting request's stream
+  (``askcards.mcp.host``, whose response POST any process takes).
+
 Every request is served statelessly (the SDK's stateless Streamable HTTP mode, and the
 2026-07-28 revision, which is stateless by design): the agent comes from the Bearer key and the
 session from the URL on every request, so any process of a scale-out serves any request.
