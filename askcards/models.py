@@ -281,6 +281,8 @@ class Ask(models.Model):
         PAUSE_FAILED = "pause_failed"
         HOST_GONE = "host_gone"  # an agent host stopped waiting for its prompt (askcards.hosts)
         CALLER_GONE = "caller_gone"  # an MCP client left a blocking call and did not come back for it
+        DECLINED = "declined"  # the person declined the host's form (host=ask): their answer, no answers
+        DISMISSED = "dismissed"  # the person dismissed the host's form without choosing (host=ask)
         TIMEOUT = "timeout"
         SUPERSEDED_BY_QUESTION = "superseded_by_question"
         SUPERSEDED_BY_MESSAGE = "superseded_by_message"
@@ -305,6 +307,8 @@ class Ask(models.Model):
             Reason.PAUSE_FAILED,
             Reason.HOST_GONE,
             Reason.CALLER_GONE,
+            Reason.DECLINED,
+            Reason.DISMISSED,
         ),
         Status.EXPIRED: (Reason.TIMEOUT,),
         Status.INVALIDATED: (Reason.SUPERSEDED_BY_QUESTION, Reason.SUPERSEDED_BY_MESSAGE, Reason.RESTART),
@@ -346,6 +350,9 @@ class Ask(models.Model):
     activated_at = models.DateTimeField(null=True, blank=True)
     closed_at = models.DateTimeField(null=True, blank=True)
     result_delivered_at = models.DateTimeField(null=True, blank=True)
+    # Not stored: the surface whose answer (or decline) just ended this ask, set by the transition
+    # on the row it closed, so the surfaces told after the commit can say where ("" when unknown).
+    closed_on: str = ""
     answers_purged_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
@@ -366,7 +373,7 @@ class Ask(models.Model):
                         | Q(
                             status="cancelled",
                             reason__in=["by_respondent", "by_agent", "by_operator", "session_cancelled", "pause_failed",
-                                       "host_gone", "caller_gone"],
+                                       "host_gone", "caller_gone", "declined", "dismissed"],
                         )
                         | Q(status="expired", reason="timeout")
                         | Q(

@@ -27,6 +27,8 @@ REASON_LABELS: dict[str, str] = {
     Ask.Reason.PAUSE_FAILED: "the agent could not pause its task",
     Ask.Reason.HOST_GONE: "the agent host stopped waiting (answered in its terminal, timed out or stopped)",
     Ask.Reason.CALLER_GONE: "the MCP client left its blocking call and did not come back for it (grace period)",
+    Ask.Reason.DECLINED: "the person declined the form in their MCP client",
+    Ask.Reason.DISMISSED: "the person closed the form in their MCP client without answering",
     Ask.Reason.TIMEOUT: "the deadline passed",
     Ask.Reason.SUPERSEDED_BY_QUESTION: "replaced by a newer question",
     Ask.Reason.SUPERSEDED_BY_MESSAGE: "replaced by a newer message",

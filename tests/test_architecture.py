@@ -59,6 +59,7 @@ SERVICE_LAYERS = {
     "askcards.services.dingtalk": 4,
     "askcards.services.hosts": 4,
     "askcards.services.host_app": 1,
+    "askcards.services.host_surface": 5,
 }
 
 

@@ -12,11 +12,15 @@ hold a thread). Before the SDK sees a request, the edge rules of every askcards 
 - ``Authorization: Bearer <agent key>``; otherwise 401 with ``WWW-Authenticate: Bearer``.
 - ``GET`` is 405 (no standalone SSE stream without sessions); a body that is JSON but not one
   object is a JSON-RPC Invalid Request (-32600).
-- MCP Apps on the handshake revisions (``askcards.mcp.apps``): an ``initialize`` that declares
-  the extension is answered with an ``Mcp-Session-Id`` recording it (signed, nothing kept here);
-  a later request carrying it has it checked and the result put in the scope for the handlers. A
-  session id askcards did not issue for this agent is 404, which tells a client to initialize
-  again; without one, a request is served as before.
+- What a client declared at ``initialize`` on the handshake revisions (``askcards.mcp.apps``): an
+  ``initialize`` that declares MCP Apps, or form elicitation on a ``host=ask`` URL, is answered
+  with an ``Mcp-Session-Id`` recording it (signed, nothing kept here); a later request carrying
+  it has it checked and the result put in the scope for the handlers. A session id askcards did
+  not issue for this agent is 404, which tells a client to initialize again; without one, a
+  request is served as before.
+- A JSON-RPC response (the client answering the host surface's ``elicitation/create``,
+  ``askcards.mcp.host``) is taken here, by any process: 202 once its signed id checks out, 400
+  when it answers nothing askcards asked this key's client.
 
 The SDK runs stateless (a fresh transport per request, no session of its own), so no request
 depends on what another request left in this process's memory.
@@ -27,7 +31,7 @@ import asyncio
 import json
 import logging
 import weakref
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 from django.conf import settings
 from django.core.handlers.asgi import ASGIRequest
@@ -39,10 +43,10 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from askcards import edge, jsonlimits, metrics
 from askcards.db import in_pool
 
-from . import apps
+from . import apps, host
 from .caller import Unauthorized, agent_for
 from .exchange import parked_request, serve_parked
-from .server import APPS_SCOPE, build_server
+from .server import CLIENT_SCOPE, build_server
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +76,15 @@ def transport_security() -> TransportSecuritySettings:
 def _header(scope, name: bytes) -> str | None:
     value = next((v for k, v in scope.get("headers", ()) if k.lower() == name), None)
     return value.decode("latin-1") if value is not None else None
+
+
+def _host_ask(scope) -> bool:
+    """Whether the URL opts in to the host surface (``host=ask``); its other parameters are
+    checked on every request by ``caller_for``."""
+    try:
+        return ("host", "ask") in parse_qsl(scope.get("query_string", b"").decode("utf-8"))
+    except UnicodeDecodeError:
+        return False
 
 
 def _unauthorized(message: str) -> HttpResponse:
@@ -142,19 +155,30 @@ class McpApp:
                 text = f"Invalid Request: the body must be one JSON-RPC message object, got {jsonlimits.kind(message)}"
                 await edge.send_response(send, _jsonrpc_error(400, INVALID_REQUEST, text), request)
                 return
-        issued = None  # the Mcp-Session-Id an initialize that declares MCP Apps is answered with
+        issued = None  # the Mcp-Session-Id an initialize is answered with (what its client declared)
         extra: dict = {"askcards.agent": agent}
         if body and message.get("method") == "initialize":
             params = message.get("params")
-            if isinstance(params, dict) and apps.client_declares_apps(params.get("capabilities")):
-                issued = apps.session_token(agent.pk)
+            capabilities = params.get("capabilities") if isinstance(params, dict) else None
+            declared = apps.Declared(apps=apps.client_declares_apps(capabilities),
+                                     forms=apps.client_declares_forms(capabilities) and _host_ask(scope))
+            if declared.apps or declared.forms:
+                issued = apps.session_token(agent.pk, declared)
         elif _header(scope, SESSION_HEADER) is not None and _header(scope, b"mcp-protocol-version") not in MODERN_PROTOCOL_VERSIONS:
-            declared = apps.session_declares_apps(_header(scope, SESSION_HEADER) or "", agent_id=agent.pk)
-            if declared is None:
+            found = apps.session_declares(_header(scope, SESSION_HEADER) or "", agent_id=agent.pk)
+            if found is None:
                 text = "Session not found: this Mcp-Session-Id was not issued here for this key; send initialize again"
                 await edge.send_response(send, _jsonrpc_error(404, INVALID_REQUEST, text), request)
                 return
-            extra[APPS_SCOPE] = declared
+            extra[CLIENT_SCOPE] = found
+        if body and host.is_response(message):
+            rejected = await in_pool(host.take_response, agent, message)
+            if rejected is None:
+                await edge.send_response(send, HttpResponse(status=202), request)
+            else:
+                refusal = _jsonrpc_error(rejected.status, rejected.code, rejected.message)
+                await edge.send_response(send, refusal, request)
+            return
         if issued is not None:
             send = _with_session(send, issued)
         manager = await self._manager(limit)

@@ -18,11 +18,16 @@ capabilities; on the handshake revisions at ``initialize``, which askcards answe
 ``Mcp-Session-Id`` that records it (``session_token``: signed, so any process reads it back and
 nothing is kept on the server). Every other client sees no ``_meta.ui``, no resource and no app
 tool (calling one is "unknown tool").
+
+The same signed session id records the other capability askcards needs later on the handshake
+revisions: form elicitation (``client_declares_forms``), which the host surface (``host=ask``,
+``askcards.mcp.host``) asks the client's own user with.
 """
 from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -53,25 +58,42 @@ def client_declares_apps(capabilities: Any) -> bool:
     return isinstance(mime_types, list) and APP_MIME_TYPE in mime_types
 
 
+def client_declares_forms(capabilities: Any) -> bool:
+    """Whether client capabilities (the wire object) say the client shows form elicitations:
+    ``elicitation: {}`` (form, as the spec reads an empty object) or ``elicitation.form``."""
+    elicitation = capabilities.get("elicitation") if isinstance(capabilities, Mapping) else None
+    return isinstance(elicitation, Mapping) and (not elicitation or isinstance(elicitation.get("form"), Mapping))
+
+
 # ------------------------------------------------------------------ the handshake era's memory
 
 
-def session_token(agent_id: int) -> str:
-    """The ``Mcp-Session-Id`` an ``initialize`` that declared MCP Apps is answered with: it says
-    so, for this agent, signed with the site's secret (HMAC, compared in constant time)."""
-    return signing.dumps({"agent": agent_id, "apps": True}, salt=SESSION_SALT, compress=False)
+@dataclass(frozen=True)
+class Declared:
+    """What a client declared at ``initialize`` that askcards reads on its later requests."""
+
+    apps: bool = False  # MCP Apps (the extension with the MCP App MIME type)
+    forms: bool = False  # form elicitation
 
 
-def session_declares_apps(token: str, *, agent_id: int) -> bool | None:
-    """What a request's ``Mcp-Session-Id`` says: True (this agent's client declared MCP Apps), or
-    None when askcards did not issue it for this agent (another server's, a rotated secret's)."""
+def session_token(agent_id: int, declared: Declared) -> str:
+    """The ``Mcp-Session-Id`` an ``initialize`` is answered with when its client declared
+    something askcards needs later: what it declared, for this agent, signed with the site's
+    secret (HMAC, compared in constant time)."""
+    return signing.dumps({"agent": agent_id, "apps": declared.apps, "forms": declared.forms},
+                         salt=SESSION_SALT, compress=False)
+
+
+def session_declares(token: str, *, agent_id: int) -> Declared | None:
+    """What a request's ``Mcp-Session-Id`` says this agent's client declared, or None when askcards
+    did not issue it for this agent (another server's, a rotated secret's)."""
     try:
         data = signing.loads(token, salt=SESSION_SALT)
     except signing.BadSignature:
         return None
     if not isinstance(data, dict) or data.get("agent") != agent_id:
         return None
-    return data.get("apps") is True
+    return Declared(apps=data.get("apps") is True, forms=data.get("forms") is True)
 
 
 # ------------------------------------------------------------------------------ the resource

@@ -13,6 +13,10 @@ connection cancels the handler (which leaves the ask as it is). A 2026-07-28 req
 SDK's own envelope checks first (``classify_inbound_request``); one they refuse, or one carrying
 ``Mcp-Param-*`` headers to validate, is left to the SDK's transport, like everything else
 (``initialize``, notifications, the other methods).
+
+A handler may also put a request of the server's on the stream (``OUTBOUND`` in the request's
+scope: the host surface's ``elicitation/create`` on the handshake revisions, ``askcards.mcp.host``).
+It is sent and not awaited: its response comes back as a POST of its own, to any process.
 """
 from __future__ import annotations
 
@@ -44,6 +48,7 @@ from pydantic import ValidationError
 from starlette.requests import Request
 
 PARKED_METHODS = frozenset({"tools/call", "tasks/result"})
+OUTBOUND = "askcards.outbound"  # scope key: send(request_id, method, params) puts a request on this stream
 PING_SECONDS = 15.0
 SSE_HEADERS = [
     (b"content-type", b"text/event-stream"),
@@ -138,6 +143,10 @@ async def serve_parked(server, security: TransportSecuritySettings, lifespan_sta
         await start_stream()
         await send({"type": "http.response.body", "body": _frame(message), "more_body": True})
 
+    async def send_request(request_id: str, method: str, params: dict[str, Any]) -> None:
+        await emit(JSONRPCRequest(jsonrpc="2.0", id=request_id, method=method, params=params))
+
+    scope[OUTBOUND] = send_request  # the scope is this request's own (askcards.mcp.app copied it)
     request = parked.request
     exchange = _Exchange(http, request.id, progress_token_from_params(request.params), emit)
     # No client identity: askcards' handlers never read it, and each parked call would hold its

@@ -24,7 +24,8 @@ from django.core import signing
 
 from askcards import selectors
 from askcards.models import Ask
-from askcards.tools import ERROR_TEXTS, host_form
+from askcards.tools import ERROR_TEXTS
+from askcards.tools import host_form as host_form_module
 
 CALL_ID_META = "io.askcards/call_id"
 TIMEOUT_META = "io.askcards/timeout_seconds"
@@ -126,7 +127,12 @@ def created_task(ask: Ask) -> dict[str, Any]:
     return {"resultType": "task", **extension_task(ask), "_meta": {ASK_ID_META: ask.id}}
 
 
-HOST_MESSAGE = "请回答以下问题（也可在飞书、钉钉或网页面板作答，以最先提交的回答为准）"
+def host_form(ask: Ask, *, legacy: bool = False) -> dict[str, Any] | None:
+    """The ``elicitation/create`` params putting this ask to the host's own user, or None when the
+    elicitation schema cannot express its form (``askcards.tools.host_form``). ``legacy``: the
+    2025-06-18 schema."""
+    return host_form_module.elicitation(tool=ask.tool, questions=ask.questions, fields=ask.fields,
+                                        title=ask.title, description=ask.description, legacy=legacy)
 
 
 def host_request_key(ask: Ask) -> str:
@@ -135,12 +141,11 @@ def host_request_key(ask: Ask) -> str:
     return f"askcards-answer-{ask.id}"
 
 
-def host_input_task(ask: Ask) -> dict[str, Any]:
+def host_input_task(ask: Ask, params: dict[str, Any]) -> dict[str, Any]:
     """``tasks/get``'s ``InputRequiredTask`` (2026-07-28) for an open ask also put to the host's
-    own user: its questions as a form elicitation (``askcards.tools.host_form``)."""
+    own user: its form as an elicitation (``params``, from ``host_form``)."""
     data = extension_task(ask)
     data["status"] = "input_required"
-    params = host_form.elicitation(ask.questions or [], message=ask.title or HOST_MESSAGE)
     data["inputRequests"] = {host_request_key(ask): {"method": "elicitation/create", "params": params}}
     return data
 
@@ -149,11 +154,11 @@ REQUEST_STATE_SALT = "askcards.mcp.request-state"
 REQUEST_STATE_MAX_AGE = 14 * 86400  # past the longest deadline an ask can have (13 days)
 
 
-def host_input_required(ask: Ask) -> dict[str, Any]:
+def host_input_required(ask: Ask, params: dict[str, Any]) -> dict[str, Any]:
     """A blocking call's ``InputRequiredResult`` (2026-07-28 multi round-trip): the host surface's
     form, and a ``requestState`` naming the ask, signed (``django.core.signing``: HMAC with the
     site's secret, compared in constant time) so a client cannot point its retry at another ask."""
-    task = host_input_task(ask)
+    task = host_input_task(ask, params)
     state = signing.dumps({"ask": ask.id, "agent": ask.agent_id}, salt=REQUEST_STATE_SALT, compress=False)
     return {"resultType": "input_required", "inputRequests": task["inputRequests"], "requestState": state}
 

@@ -19,6 +19,11 @@
   like the 2025-11-25 ones; a request that does not declare the extension gets -32021 for them,
   and ``tasks/result`` / ``tasks/list`` (gone from this revision) are -32601.
 
+- The host as a surface (``host=ask``): an open ask also put to the MCP client's own user as a
+  form elicitation — on 2026-07-28 as ``input_required`` (``tasks/get``; a blocking call's two
+  rounds), on the handshake revisions as ``elicitation/create`` on the waiting request's stream
+  (``askcards.mcp.host``, whose response POST any process takes).
+
 Every request is served statelessly (the SDK's stateless Streamable HTTP mode, and the
 2026-07-28 revision, which is stateless by design): the agent comes from the Bearer key and the
 session from the URL on every request, so any process of a scale-out serves any request.
@@ -30,7 +35,7 @@ import hashlib
 import json
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from contextlib import suppress
 from contextvars import ContextVar
 from datetime import datetime
@@ -54,11 +59,11 @@ from askcards.db import in_pool
 from askcards.errors import AskcardsError, NotFound, QuotaExceeded
 from askcards.hosts import prompt_tool
 from askcards.models import Agent, Ask
-from askcards.tools import host_form
 from askcards.tools.host_prompts import HostEventError
 
-from . import apps, results
+from . import apps, host, results
 from .caller import Caller, caller_for
+from .exchange import OUTBOUND
 
 logger = logging.getLogger(__name__)
 
@@ -70,8 +75,8 @@ TASKS_EXTENSION = "io.modelcontextprotocol/tasks"  # where tasks live from 2026-
 CLIENT_CAPABILITIES_META = "io.modelcontextprotocol/clientCapabilities"
 EXTENSION_TASK_METHODS = frozenset({"tasks/get", "tasks/update", "tasks/cancel"})
 CORE_ONLY_TASK_METHODS = frozenset({"tasks/result", "tasks/list"})  # 2025-11-25 only
-HOST_TOOL = "ask_user_questions"  # the tool whose asks the host surface can show (host=ask)
-HOST_SURFACE = "host"  # an answer given in the MCP client's own dialog
+HOST_TOOL = "ask_user_questions"  # the blocking tool whose call asks the host in two rounds (host=ask, 2026-07-28)
+HOST_TOOLS = frozenset({HOST_TOOL, tools.dingtalk_ask_user_question.NAME})  # the tools whose asks the host can show
 CANCEL_HANDLING_SECONDS = 10
 QUOTA_EXCEEDED = -32000  # JSON-RPC's implementation-defined server errors: a quota of the agent's is used up
 CANCEL = "askcards.mcp_cancel"  # channel-layer message: notifications/cancelled for a parked call
@@ -197,18 +202,24 @@ def declares_tasks(ctx: ServerRequestContext[Any, Any]) -> bool:
     return isinstance(extensions, Mapping) and isinstance(extensions.get(TASKS_EXTENSION), Mapping)
 
 
+CLIENT_SCOPE = "askcards.client"  # apps.Declared, set by askcards.mcp.app from a verified Mcp-Session-Id
+
+
+def _declared(ctx: ServerRequestContext[Any, Any]) -> apps.Declared:
+    """What this handshake-era request's client declared at ``initialize`` (its signed session id)."""
+    scope = ctx.request.scope if ctx.request is not None else {}
+    found = scope.get(CLIENT_SCOPE)
+    return found if isinstance(found, apps.Declared) else apps.Declared()
+
+
 def declares_form_elicitation(ctx: ServerRequestContext[Any, Any]) -> bool:
-    """Whether this 2026-07-28 request's own client capabilities say its client shows form
-    elicitations (``elicitation: {}`` means form, as the spec reads an empty object)."""
+    """Whether this request's client shows form elicitations: on 2026-07-28 its own ``_meta``
+    client capabilities say so (``elicitation: {}`` means form, as the spec reads an empty
+    object); on the handshake revisions its ``initialize`` did (``askcards.mcp.apps``)."""
     if not modern(ctx):
-        return False
+        return _declared(ctx).forms
     meta = (ctx.params or {}).get("_meta") or {}
-    capabilities = meta.get(CLIENT_CAPABILITIES_META) if isinstance(meta, Mapping) else None
-    elicitation = capabilities.get("elicitation") if isinstance(capabilities, Mapping) else None
-    return isinstance(elicitation, Mapping) and (not elicitation or isinstance(elicitation.get("form"), Mapping))
-
-
-APPS_SCOPE = "askcards.apps"  # set by askcards.mcp.app from a verified Mcp-Session-Id (handshake era)
+    return apps.client_declares_forms(meta.get(CLIENT_CAPABILITIES_META) if isinstance(meta, Mapping) else None)
 
 
 def _app_tool(name: Any) -> bool:
@@ -223,14 +234,40 @@ def shows_apps(ctx: ServerRequestContext[Any, Any]) -> bool:
     if modern(ctx):
         meta = (ctx.params or {}).get("_meta") or {}
         return apps.client_declares_apps(meta.get(CLIENT_CAPABILITIES_META) if isinstance(meta, Mapping) else None)
+    return _declared(ctx).apps
+
+
+def _host_form(ctx: ServerRequestContext[Any, Any], caller: Caller, ask: Ask, *,
+               task: bool = False) -> dict[str, Any] | None:
+    """The form elicitation putting this open ask to the host's own user on this request, or None:
+    the URL opts in (``host=ask``), the client shows form elicitations, the ask is one person's
+    (a question form, or an ordinary DingTalk card) and its form can be expressed on this
+    revision (``askcards.tools.host_form``). ``task``: for a 2025-11-25 task's ``tasks/result``."""
+    if not (caller.host_ask and ask.is_open and ask.target_type == Ask.Target.NONE
+            and ask.tool in HOST_TOOLS and declares_form_elicitation(ctx)):
+        return None
+    return host.elicitation(ask, ctx.protocol_version, task=task)
+
+
+AskHost = Callable[[Ask], Awaitable[None]]
+
+
+def _host_asker(ctx: ServerRequestContext[Any, Any], caller: Caller, *, task: bool = False) -> AskHost | None:
+    """On the handshake revisions, what puts an open ask to the host's own user from a waiting
+    request: an ``elicitation/create`` on this request's stream (``askcards.mcp.host``), whose
+    response comes back as a POST of its own. None where no request can go out (2026-07-28, or a
+    request askcards does not frame itself)."""
     scope = ctx.request.scope if ctx.request is not None else {}
-    return scope.get(APPS_SCOPE) is True
+    outbound = scope.get(OUTBOUND)
+    if modern(ctx) or outbound is None or not caller.host_ask:
+        return None
 
+    async def ask_host(ask: Ask) -> None:
+        params = _host_form(ctx, caller, ask, task=task)
+        if params is not None:
+            await outbound(host.request_id(ask), "elicitation/create", params)
 
-def _host_asks(ctx: ServerRequestContext[Any, Any], caller: Caller, ask: Ask) -> bool:
-    """Whether this open ask is also put to the host's own user on this request: the URL opts in
-    (``host=ask``), the client shows form elicitations, and the ask is a question form."""
-    return (caller.host_ask and ask.is_open and ask.tool == HOST_TOOL and declares_form_elicitation(ctx))
+    return ask_host
 
 
 def _check_task_method(ctx: ServerRequestContext[Any, Any]) -> None:
@@ -321,7 +358,7 @@ async def call_tool(ctx: ServerRequestContext[Any, Any], params: types.CallToolR
         return await in_pool(call_app_tool, caller, params.name, params.arguments)
     if caller.permission_prompt and params.name == prompt_tool.NAME:
         return await permission_prompt(ctx, caller, params.arguments)
-    if params.name == HOST_TOOL and caller.host_ask and declares_form_elicitation(ctx):
+    if params.name == HOST_TOOL and caller.host_ask and modern(ctx) and declares_form_elicitation(ctx):
         return await call_with_host(ctx, caller, params)
     tool = tools.get(params.name)
     if tool is not None and tool.blocking:
@@ -338,7 +375,7 @@ async def call_tool(ctx: ServerRequestContext[Any, Any], params: types.CallToolR
         if outcome.ask is None:
             return _call_result(outcome.status, outcome.tool_result, None)
         if outcome.ask.is_open and outcome.ask.blocking:
-            ask = await _park(ctx, caller, outcome.ask.id, subscription, lease=True)
+            ask = await _park(ctx, caller, outcome.ask.id, subscription, lease=True, ask_host=_host_asker(ctx, caller))
             if ask.is_open:
                 text = (
                     f"the ask {ask.id} is still open past its deadline (is the askcards worker running?); "
@@ -356,6 +393,8 @@ async def call_tool(ctx: ServerRequestContext[Any, Any], params: types.CallToolR
 
 async def call_with_host(ctx: ServerRequestContext[Any, Any], caller: Caller, params: types.CallToolRequestParams) -> Any:
     """A blocking call also put to the host's own user (``host=ask``, 2026-07-28): multi round-trip.
+    (On the handshake revisions the call parks as any blocking call and its stream carries an
+    ``elicitation/create``: ``_host_asker``.)
     The first round makes the ask (on every surface, as always) and answers ``input_required``
     with the host surface's form and a signed ``requestState`` naming the ask — the only state
     kept between rounds. The retry carries the host's response (``inputResponses``) and that
@@ -377,8 +416,11 @@ async def call_with_host(ctx: ServerRequestContext[Any, Any], caller: Caller, pa
         if response is not None and ask.is_open:
             await in_pool(_host_answered, caller, ask, response)
             ask = await _task_ask(ask_id)
-    if ask.is_open:
-        return results.host_input_required(ask)
+    form = _host_form(ctx, caller, ask)
+    if form is not None:
+        return results.host_input_required(ask, form)
+    if ask.is_open:  # never for a question form on 2026-07-28, which the schema always expresses
+        raise MCPError(code=INTERNAL_ERROR, message=f"ask {ask.id} cannot be put to the host; read it with tasks/get")
     await in_pool(services.ask_result_returned, ask=ask)
     return _call_result(ask.status, (ask.result or {}).get("tool_result"), ask)
 
@@ -504,7 +546,7 @@ def cancel_group(caller: Caller, request_id: Any) -> str:
 
 
 async def _park(ctx: ServerRequestContext[Any, Any], caller: Caller, ask_id: str, subscription: events.Subscription,
-                *, lease: bool = False) -> Ask:
+                *, lease: bool = False, ask_host: AskHost | None = None) -> Ask:
     """Wait until the ask ends or its deadline (plus grace) passes; returns it as it is then.
 
     Parked on the channel layer (the ask's group, and the cancel group the caller may have added):
@@ -516,13 +558,18 @@ async def _park(ctx: ServerRequestContext[Any, Any], caller: Caller, ask_id: str
     (``services.waiters``). When its handler is cancelled (the client went away) the lease runs
     the grace period: a re-call with the same ``call_id`` or a task read takes it back, else the
     worker cancels the ask (``caller_gone``). Without a lease (``tasks/result``) a cancelled
-    handler leaves the ask as it is: a task is read later by design."""
+    handler leaves the ask as it is: a task is read later by design.
+
+    ``ask_host`` (handshake revisions, ``host=ask``): the open ask is also put to the host's own
+    user on this request's stream once parked, and again when their response did not answer the
+    form (``host.ASK_AGAIN``). Their response comes back elsewhere and wakes this call as any
+    answer does; the lease is held meanwhile, so a client gone mid-form ends ``caller_gone``."""
     with services.parked_wait(caller.agent.pk):
         if not lease:
-            return await _parked(ctx, caller, ask_id, subscription, lease=False)
+            return await _parked(ctx, caller, ask_id, subscription, lease=False, ask_host=ask_host)
         try:
             with KEEPER.holding(ask_id):
-                return await _parked(ctx, caller, ask_id, subscription, lease=True)
+                return await _parked(ctx, caller, ask_id, subscription, lease=True, ask_host=ask_host)
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await in_pool(services.caller_left, ask_id=ask_id)
@@ -535,7 +582,7 @@ def _leased_read(agent: Agent, ask_id: str) -> Ask:
 
 
 async def _parked(ctx: ServerRequestContext[Any, Any], caller: Caller, ask_id: str, subscription: events.Subscription,
-                  *, lease: bool) -> Ask:
+                  *, lease: bool, ask_host: AskHost | None = None) -> Ask:
     await subscription.add(events.ask_group(ask_id))
     # After subscribing: no change can slip by.
     if lease:
@@ -550,6 +597,8 @@ async def _parked(ctx: ServerRequestContext[Any, Any], caller: Caller, ask_id: s
             raise
     else:
         ask = await in_pool(_read, caller.agent, ask_id)
+    if ask_host is not None and ask.is_open:
+        await ask_host(ask)
     loop = asyncio.get_running_loop()
     give_up = loop.time() + max(0.0, (ask.deadline - timezone.now()).total_seconds()) + DEADLINE_GRACE_SECONDS
     total = max(1.0, (ask.deadline - ask.created_at).total_seconds())
@@ -568,6 +617,8 @@ async def _parked(ctx: ServerRequestContext[Any, Any], caller: Caller, ask_id: s
         if message.get("type") == CANCEL:
             await in_pool(services.ask_cancel, ask=ask, reason=Ask.Reason.BY_AGENT, actor=f"agent:{caller.agent.name}")
         ask = await in_pool(_read, caller.agent, ask_id)
+        if message.get("type") == host.ASK_AGAIN and ask_host is not None and ask.is_open:
+            await ask_host(ask)
     return ask
 
 
@@ -602,10 +653,12 @@ async def _task_ask(task_id: str) -> Ask:
 
 async def tasks_get(ctx: ServerRequestContext[Any, Any], params: types.GetTaskRequestParams) -> dict[str, Any]:
     ask = await _task_ask(params.task_id)
+    form = _host_form(ctx, _caller.get(), ask)
     if not modern(ctx):
-        return results.task(ask)
-    if _host_asks(ctx, _caller.get(), ask):
-        return results.host_input_task(ask)
+        # 2025-11-25: a task that needs the host's input says so; its tasks/result puts the form.
+        return {**results.task(ask), "status": "input_required"} if form is not None else results.task(ask)
+    if form is not None:
+        return results.host_input_task(ask, form)
     detailed = results.detailed_task(ask)
     if "result" in detailed:  # the result handed over inline: it counts as delivered
         await in_pool(services.ask_result_returned, ask=ask)
@@ -616,9 +669,9 @@ async def tasks_update(ctx: ServerRequestContext[Any, Any], params: types.Reques
     """``tasks/update`` (2026-07-28): responses to a task's outstanding input requests. The one
     askcards issues is the host surface's form (``host=ask``): the host's user answering it
     answers the ask there (surface ``host``; the first answer wins, as everywhere), declining or
-    dismissing it is their answer too (cancelled ``by_respondent``). A response to any other key,
-    or one whose content does not answer the form, is ignored, as the extension says; the task
-    must still be one of this agent's."""
+    dismissing it is their answer too (cancelled ``declined`` / ``dismissed``). A response to any
+    other key, or one whose content does not answer the form, is ignored, as the extension says;
+    the task must still be one of this agent's."""
     task_id = (ctx.params or {}).get("taskId")
     responses = (ctx.params or {}).get("inputResponses")
     if not isinstance(task_id, str):
@@ -628,29 +681,23 @@ async def tasks_update(ctx: ServerRequestContext[Any, Any], params: types.Reques
     caller = _caller.get()
     ask = await _task_ask(task_id)
     response = responses.get(results.host_request_key(ask))
-    if caller.host_ask and ask.is_open and ask.tool == HOST_TOOL and response is not None:
+    if caller.host_ask and ask.is_open and ask.tool in HOST_TOOLS and response is not None:
         await in_pool(_host_answered, caller, ask, response)
     return {}
 
 
 def _host_answered(caller: Caller, ask: Ask, response: Any) -> None:
-    """The host's user's response to the host surface's form (an ``ElicitResult``)."""
+    """The host's user's response to the host surface's form (an ``ElicitResult``), through
+    ``services.host_respond``; content that is not an elicitation result, or does not answer the
+    form, changes nothing."""
     try:
         result = types.ElicitResult.model_validate(response)
     except ValidationError:
         logger.info("ask %s: a host response that is no elicitation result, ignored", ask.id)
         return
-    if result.action != "accept":  # declined or dismissed: the person's answer, not a failure
-        services.ask_cancel(ask=ask, reason=Ask.Reason.BY_RESPONDENT, actor=f"host:{caller.agent.name}")
-        return
-    try:
-        answers = host_form.answers(ask.questions or [], result.content)
-    except host_form.FormContentError as exc:
-        logger.info("ask %s: the host's form content does not answer it (%s), ignored", ask.id, exc)
-        return
-    outcome = services.ask_answer(ask_id=ask.id, answers=answers, surface=HOST_SURFACE, ask=ask)
-    if not outcome.accepted:
-        logger.info("ask %s: the host's answer not taken (%s)", ask.id, outcome.error)
+    outcome = services.host_respond(agent=caller.agent, ask_id=ask.id, action=result.action, content=result.content)
+    if not outcome.taken:
+        logger.info("ask %s: the host's response not taken (%s)", ask.id, outcome.why)
 
 
 async def tasks_result(ctx: ServerRequestContext[Any, Any], params: types.GetTaskPayloadRequestParams) -> dict[str, Any]:
@@ -663,7 +710,8 @@ async def tasks_result(ctx: ServerRequestContext[Any, Any], params: types.GetTas
         except QuotaExceeded as exc:
             raise MCPError(code=QUOTA_EXCEEDED, message=f"{exc.message} (retry after {exc.retry_after} s)") from None
         async with events.Subscription("MCP call") as subscription:
-            ask = await _park(ctx, _caller.get(), ask.id, subscription)
+            ask_host = _host_asker(ctx, _caller.get(), task=True)
+            ask = await _park(ctx, _caller.get(), ask.id, subscription, ask_host=ask_host)
         if ask.is_open:
             raise MCPError(code=INTERNAL_ERROR, message=f"task {ask.id} is still working past its deadline; poll tasks/get")
         status = types.TaskStatusNotification(params=types.TaskStatusNotificationParams.model_validate(results.task(ask), by_name=False))

@@ -9,6 +9,7 @@
 - ``grants`` — the bot-grant check wherever something new would go out through a bot.
 - ``hosts`` — agent hosts' prompts (Claude Code, Codex) as asks, and their decisions.
 - ``host_app`` — the MCP App a host renders: the ask a tool call made, answered there.
+- ``host_surface`` — the MCP client's own form (``host=ask``): its user's answer, decline or dismissal.
 - ``retention`` — batched pruning of old audit rows, delivered outbox events and callback receipts.
 
 Entry points import ``askcards.services`` and call the names below; the modules import one
@@ -68,6 +69,7 @@ from .sessions import (
     session_upsert,
 )
 from .host_app import HOST_APP_SURFACE, host_app_answer, host_app_ask, host_app_view
+from .host_surface import HOST_SURFACE, HostResponse, host_ask, host_respond
 from .hosts import NO_DECISION, host_left, host_progress, host_prompt, host_reply
 from .waiters import (
     WAITER_REFRESH_SECONDS,
@@ -91,5 +93,6 @@ __all__ = [
     "session_bot", "session_cancel_request", "session_check_bot", "session_check_web_user", "session_message", "session_recover",
     "session_upsert", "tool_call", "NO_DECISION", "host_progress", "host_left", "host_prompt", "host_reply",
     "HOST_APP_SURFACE", "host_app_answer", "host_app_ask", "host_app_view",
+    "HOST_SURFACE", "HostResponse", "host_ask", "host_respond",
     "WAITER_REFRESH_SECONDS", "caller_left", "caller_polled", "waiter_parked", "waiters_alive", "waits_lapsed",
 ]

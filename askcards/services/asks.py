@@ -145,11 +145,12 @@ def ask_result_undeliverable(*, ask_id: str) -> None:
         surfaces.result_undeliverable(ask)
 
 
-def ask_cancel(*, ask: Ask, reason: str = Ask.Reason.BY_AGENT, actor: str) -> bool:
-    """Cancel an open ask (agent, operator, respondent, session cancel). False if it was not open."""
+def ask_cancel(*, ask: Ask, reason: str = Ask.Reason.BY_AGENT, actor: str, surface: str = "") -> bool:
+    """Cancel an open ask (agent, operator, respondent, session cancel; ``surface``: where the
+    person did, for the audit row). False if it was not open."""
     if reason not in Ask.REASONS[Ask.Status.CANCELLED]:
         raise InvalidInput(f"reason must be one of {', '.join(Ask.REASONS[Ask.Status.CANCELLED])}, got {reason!r}")
-    return close(ask, Ask.OPEN, Ask.Status.CANCELLED, reason, actor)
+    return close(ask, Ask.OPEN, Ask.Status.CANCELLED, reason, actor, surface=surface)
 
 
 def ask_expire(*, ask: Ask, now: datetime | None = None) -> bool:
@@ -297,6 +298,7 @@ def close(
             audit_ignored(ask, f"{status}/{reason}", actor, surface, current=None if len(expected) == 1 else from_status)
             return False
         ask.status, ask.reason, ask.closed_at, ask.result = status, reason, now, result
+        ask.closed_on = surface
         surfaces.mark_changed(ask)
         # Last: the event's sequence number locks the agent's row until commit, and every answer
         # to any of the agent's asks waits for that lock (seen in tests/bench as transactions

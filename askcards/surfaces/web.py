@@ -147,7 +147,12 @@ def more_message(count: int) -> dict[str, Any]:
 
 
 def cancelled_message(ask: Ask) -> dict[str, str]:
-    return {"type": "ask_user_questions_cancelled", "requestId": ask.id, "reason": ask.reason or ask.status}
+    """How the ask ended; for an answer given on another surface, which one (``surface``, when the
+    transition that ended it is the one telling: the page then says 「已在 MCP 客户端回答。」)."""
+    message = {"type": "ask_user_questions_cancelled", "requestId": ask.id, "reason": ask.reason or ask.status}
+    if ask.reason in (Ask.Reason.SUBMITTED, Ask.Reason.EMPTY) and ask.closed_on:
+        message["surface"] = ask.closed_on
+    return message
 
 
 RESPONDED = (Respondent.Status.SUBMITTED, Respondent.Status.EMPTY, Respondent.Status.CANCELLED)

@@ -36,6 +36,8 @@ ERROR_TEXTS = {
     "pause_failed": "当前任务未能暂停，此卡已失效，请重新发起。",
     "host_gone": "智能体已停止等待",
     "caller_gone": "调用方已断开，提问已取消",
+    "declined": "用户拒绝回答",
+    "dismissed": "用户关闭了提问，未作答",
     "superseded_by_question": "问题已被新的提问取代",
     "superseded_by_message": "用户发送了新消息，问题已失效",
     "restart": "服务已重启，原问题上下文已失效，请重新发起。",

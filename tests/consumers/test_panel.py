@@ -106,7 +106,9 @@ async def test_second_panel_told_when_first_answers(web_surface, agent, web_sess
     await two.receive_json_from(timeout=5)
     await one.send_json_to({"type": "ask_user_questions_result", "requestId": outcome.ask.id, "answers": answer_for()})
     messages = [await two.receive_json_from(timeout=5)]
-    assert messages[0] == {"type": "ask_user_questions_cancelled", "requestId": outcome.ask.id, "reason": "submitted"}
+    # Where it was answered: the page reads 「已在网页回答。」.
+    assert messages[0] == {"type": "ask_user_questions_cancelled", "requestId": outcome.ask.id, "reason": "submitted",
+                           "surface": "web"}
     await one.disconnect()
     await two.disconnect()
 

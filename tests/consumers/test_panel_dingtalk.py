@@ -299,7 +299,8 @@ async def test_answer_after_the_card_answered_is_refused_and_the_panel_is_told(w
     await panel.receive_json_from(timeout=5)
     await asyncio.to_thread(_click, world["bot"], ask, "staff_a", form=VALID)
     told = await _next(panel, "ask_user_questions_cancelled")
-    assert told == {"type": "ask_user_questions_cancelled", "requestId": ask.id, "reason": "submitted"}
+    assert told == {"type": "ask_user_questions_cancelled", "requestId": ask.id, "reason": "submitted",
+                    "surface": "dingtalk"}
     ack = await _submit(panel, ask.id, {**VALID, "code": "LATE"})
     assert (ack["ok"], ack["error"]) == (False, "not_pending")
     _, rows = await _state(ask.id)

@@ -88,7 +88,8 @@ async def _race_rounds(agent, session, users, rival_name, rival, rival_reason): 
         if ack["ok"]:
             assert (ask.status, ask.reason) == ("answered", "submitted")
             assert json.loads(ask.result["tool_result"])["answers"][0]["selectedLabels"] == ["PostgreSQL"]
-            assert told == {"type": "ask_user_questions_cancelled", "requestId": ask_id, "reason": "submitted"}
+            assert told == {"type": "ask_user_questions_cancelled", "requestId": ask_id, "reason": "submitted",
+                            "surface": "web"}
             assert told in heard
             winners.append("panel")
         else:

@@ -203,7 +203,7 @@ def test_the_person_answers_in_the_hosts_app_and_the_agent_gets_it(era, service,
     # The other surfaces: the ask's record names the app; the panel closes the form and says so.
     record = requests.get(f"{base}/api/v1/asks/{ask_id}", headers=headers, timeout=10).json()
     assert [r["surface"] for r in record["respondents"]] == ["host_app"]
-    panel.locator(f'[data-request-id="{ask_id}"]').get_by_text("已在其他地方作答。").wait_for()
+    panel.locator(f'[data-request-id="{ask_id}"]').get_by_text("已在 MCP 应用回答。").wait_for()
     panel.locator(f'[data-history-id="{ask_id}"]').get_by_text("已回答（MCP 应用）").wait_for()
     if era == "legacy":
         page.screenshot(path=str(ARTIFACTS / "mcp-app-answered.png"), full_page=True)

@@ -309,7 +309,8 @@ def test_panel_and_card_first_answer_wins(agent, api, bot, feishu_surfaces, fake
     response = click(bot, operator="ou_alice", value=submit_value(ask), form_value={"q0_0": "0", "q0_1": ["1"]})
     assert response.json()["toast"]["content"] == "已提交"
     withdraw = async_to_sync(layer.receive)("test.panel")
-    assert withdraw["message"] == {"type": "ask_user_questions_cancelled", "requestId": ask.id, "reason": "submitted"}
+    assert withdraw["message"] == {"type": "ask_user_questions_cancelled", "requestId": ask.id, "reason": "submitted",
+                                   "surface": "feishu"}
     converge()
     assert forms(_shown_card(fake, _live(session))) == []
     assert services.ask_answer(ask_id=ask.id, answers=[

@@ -3,8 +3,11 @@ client's own user through a form elicitation (``input_required``), and their res
 with ``tasks/update``, races the panel and the cards. Through the real ASGI app."""
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from channels.db import database_sync_to_async
+from django.utils import timezone
 
 from askcards import services
 from askcards.models import Ask, AskEvent
@@ -65,14 +68,20 @@ async def test_the_task_asks_the_hosts_user_and_their_answer_wins(agent_and_key,
     assert completed["status"] == "completed" and completed["result"]["isError"] is False
 
 
-@pytest.mark.parametrize("action", ["decline", "cancel"])
-async def test_declining_or_dismissing_the_hosts_form_is_the_persons_answer(action, agent_and_key, present_session):
+@pytest.mark.parametrize("action,reason,text", [("decline", "declined", "用户拒绝回答"),
+                                                ("cancel", "dismissed", "用户关闭了提问，未作答")])
+async def test_declining_or_dismissing_the_hosts_form_is_the_persons_answer(action, reason, text, agent_and_key,
+                                                                           present_session, recording_surface):
     key = agent_and_key[1]
     task_id = await _task(key)
     await _respond(key, task_id, {"action": action})
     ask = await database_sync_to_async(_ask)(task_id)
-    assert (ask.status, ask.reason) == ("cancelled", "by_respondent")
-    assert (await modern(key, "tasks/get", {"taskId": task_id})).result["status"] == "cancelled"
+    assert (ask.status, ask.reason) == ("cancelled", reason)  # declined and dismissed, told apart
+    closed = await database_sync_to_async(lambda: AskEvent.objects.get(ask_id=task_id, kind=AskEvent.Kind.CLOSED))()
+    assert closed.surface == "host"
+    assert ("withdraw", task_id, "cancelled") in recording_surface.calls
+    got = (await modern(key, "tasks/get", {"taskId": task_id})).result
+    assert got["status"] == "cancelled" and text in got["statusMessage"]
 
 
 async def test_an_answer_on_the_panel_first_wins_over_the_hosts(agent_and_key, present_session):
@@ -166,7 +175,8 @@ async def test_a_declined_blocking_call_returns_the_persons_refusal(agent_and_ke
     first = await _first_round(key)
     (name, _), = first["inputRequests"].items()
     result = (await _retry(key, first["requestState"], {name: {"action": "decline"}})).result
-    assert result["isError"] is True and "用户取消了提问" in result["content"][0]["text"]
+    assert result["isError"] is True and "用户拒绝回答" in result["content"][0]["text"]
+    assert result["structuredContent"]["ask"]["reason"] == "declined"
 
 
 @pytest.mark.parametrize("forge", ["garbage", "other-agent", "tampered"])
@@ -185,3 +195,18 @@ async def test_a_request_state_not_signed_for_this_agent_is_refused(forge, agent
     answer = await _retry(key, state, {name: {"action": "accept", "content": {"q1": "SQLite"}}})
     assert answer.error["code"] == -32602 and "requestState" in answer.error["message"]
     assert (await database_sync_to_async(_ask)(ask_id)).status == Ask.Status.PENDING
+
+
+async def test_between_the_two_rounds_the_ask_holds_no_lease_and_a_slow_answer_still_counts(agent_and_key,
+                                                                                           present_session):
+    """No request is open while the host's user fills the form in, so nothing tells them from a
+    client that went away: the ask is not withdrawn (caller_gone) however long they take."""
+    key = agent_and_key[1]
+    first = await _first_round(key)
+    (name, _), = first["inputRequests"].items()
+    ask_id = name.removeprefix("askcards-answer-")
+    assert (await database_sync_to_async(_ask)(ask_id)).waiter_until is None
+    later = timezone.now() + timedelta(minutes=10)  # long past any grace period
+    assert await database_sync_to_async(services.waits_lapsed)(now=later) == 0  # the sweep leaves it alone
+    result = (await _retry(key, first["requestState"], {name: {"action": "accept", "content": {"q1": "SQLite"}}})).result
+    assert result["isError"] is False and '"SQLite"' in result["content"][0]["text"]

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 from urllib.parse import urlencode
 
+import mcp_types as types
 import pytest
 import requests
 
@@ -289,3 +290,64 @@ def test_dingtalk_list_answers_directly_also_when_a_task_was_asked_for(world):
     assert "task" not in as_task
     assert as_task["isError"] is False and as_task["content"] == [{"type": "text", "text": rest["tool_result"]}]
     assert as_task["structuredContent"] == {"status": rest["status"], "ask": None, "tool_result": rest["tool_result"]}
+
+
+HOST_FIELDS = [
+    {"name": "code", "label": "测试代号", "type": "TEXT", "required": True},
+    {"name": "count", "label": "份数", "type": "NUMBER"},
+    {"name": "env", "label": "环境", "type": "SELECT", "required": True,
+     "options": [{"value": "test", "text": "测试"}, {"value": "prod", "text": "生产"}]},
+    {"name": "days", "label": "哪几天", "type": "MULTI_CHECKBOX_GROUP",
+     "options": [{"value": "mon", "text": "周一"}, {"value": "tue", "text": "周二"}]},
+    {"name": "date", "label": "日期", "type": "DATE"},
+    {"name": "urgent", "label": "加急", "type": "SWITCH", "defaultValue": False},
+    {"name": "source", "label": "来源", "type": "TEXT", "hidden": True, "defaultValue": "mcp"},
+]
+
+
+def test_dingtalk_fields_are_put_to_the_host_and_its_answer_closes_the_card(world):
+    """``host=ask`` on 2025-11-25: a DingTalk form's task is ``input_required`` and its
+    ``tasks/result`` carries the fields as an elicitation schema; the host's answer is the card's
+    submit (same checks), the task's result is the message the agent is told, and the card says
+    where it was answered. A form with a field the schema cannot hold (TIME) is not put to it."""
+    from tests.mcp.test_host_elicitation import host_client
+
+    schemas: list[dict] = []
+
+    async def on_form(ctx, params):
+        schemas.append(params.requested_schema)
+        return types.ElicitResult(action="accept", content={
+            "code": "DM-OK", "count": 3, "env": "prod", "days": ["mon", "tue"], "date": "2026-09-18", "urgent": True})
+
+    async def scenario():
+        query = world.dingtalk_query + "&host=ask"
+        async with host_client(world.base, world.key, query, on_form) as (mcp, _):
+            created = await mcp.call_tool(DINGTALK_TOOL, {"title": "发布登记", "fields": HOST_FIELDS})
+            assert created.meta is not None, created.content[0].text
+            ask_id = created.meta[ASK_ID_META]
+            asked = await _raw(mcp, "tasks/get", {"taskId": ask_id})
+            result = await _raw(mcp, "tasks/result", {"taskId": ask_id})
+            timed = await mcp.call_tool(DINGTALK_TOOL, {"fields": [{"name": "at", "label": "时间", "type": "TIME"}]})
+            not_asked = await _raw(mcp, "tasks/get", {"taskId": timed.meta[ASK_ID_META]})
+        return json.loads(created.content[0].text), asked, result, not_asked
+
+    details, asked, result, not_asked = asyncio.run(scenario())
+    assert asked["status"] == "input_required"
+    (schema,) = schemas
+    props = schema["properties"]
+    assert list(props) == ["code", "count", "env", "days", "date", "urgent"]  # the hidden field is not shown
+    assert (props["code"]["type"], props["count"]["type"], props["date"]["format"], props["urgent"]["type"]) == (
+        "string", "number", "date", "boolean")
+    assert props["env"]["oneOf"] == [{"const": "test", "title": "测试"}, {"const": "prod", "title": "生产"}]
+    assert props["days"]["items"]["anyOf"][1] == {"const": "tue", "title": "周二"}
+    assert schema["required"] == ["code", "env"] and props["code"]["title"] == "测试代号"
+    message = result["content"][0]["text"]
+    assert result["isError"] is False and message.startswith("用户回答了交互卡片:\n")
+    assert "  - 环境: 生产" in message and "  - 哪几天: 周一, 周二" in message and "  - 份数: 3" in message
+    ask = world.rest("GET", f"/asks/{details['questionId']}")
+    assert ask["status"] == "answered" and ask["respondents"][0]["surface"] == "host"
+    card = serving.until(
+        lambda: (params := world.dingtalk.card_params(details["outTrackId"]))["card_status"] == "submitted" and params,
+        "the card closed", support.TIMEOUT)
+    assert card["question_desc"].startswith("已在 MCP 客户端回答：")
+    assert not_asked["status"] == "working"

@@ -9,7 +9,8 @@ that something started on one process is finished by what happens on the other:
   ``tasks/result``) through both, while a ``tasks/result`` parked on A is woken by that answer;
 - a blocking ``tools/call`` parked on A is woken by an answer on B and returns it;
 - ``notifications/cancelled`` posted to B cancels the ask of a call parked on A (``by_agent``),
-  and that call returns.
+  and that call returns;
+- the host's answer to a call parked on A (``host=ask``, 2025-11-25), posted to B, wakes it.
 
 Every ask gets a deadline far beyond the test's bounds, so only a wake crossing processes can end
 a parked request in time.
@@ -22,10 +23,13 @@ import json
 import secrets
 import time
 
+import httpx2
+import mcp_types as types
 import pytest
 
 from tests import serving
 from tests.mcp import support
+from tests.mcp.test_host_elicitation import host_client
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis]
 
@@ -225,3 +229,32 @@ def test_cancel_notification_sent_to_b_cancels_the_call_parked_on_a(cluster, pg_
     assert result["structuredContent"]["ask"]["id"] == shown["requestId"]
     assert result["structuredContent"]["ask"]["reason"] == "by_agent"
     assert pg_db.query("SELECT status, reason FROM askcards_ask WHERE id = %s", shown["requestId"]) == [("cancelled", "by_agent")]
+
+
+def test_the_hosts_answer_posted_to_b_wakes_the_call_parked_on_a(cluster, pg_db):
+    """The host surface on 2025-11-25 (``host=ask``): the call parked on A sends
+    ``elicitation/create`` on its stream; the client's response is posted to B (a load balancer's
+    choice), which keeps nothing of the call: B verifies the response's signed id, answers the
+    ask, and the call on A wakes with that answer through Redis."""
+    query = web_session("host") + "&host=ask"
+
+    async def scenario():
+        async with support.Panel.open(cluster["b"], cluster["cookie_b"]) as panel:
+            async def on_form(ctx, params):
+                await panel.next_ask()  # on the panel too, as always
+                return types.ElicitResult(action="accept", content={"q1": "SQLite"})
+
+            async with host_client(cluster["a"], cluster["key"], query, on_form,
+                                   responses_to=cluster["b"]) as (mcp, seen):
+                result = await asyncio.wait_for(
+                    mcp.call_tool("ask_user_questions", {"questions": support.QUESTIONS},
+                                  meta={"io.askcards/timeout_seconds": ASK_TIMEOUT}),
+                    support.TIMEOUT)
+                return result, await seen.first(), seen.urls[0]
+
+    result, (status, _), posted_to = asyncio.run(scenario())
+    assert (status, posted_to.port) == (202, httpx2.URL(cluster["b"]).port)
+    assert result.is_error is False and json.loads(result.content[0].text) == ANSWER
+    ask_id = result.structured_content["ask"]["id"]
+    assert pg_db.query("SELECT status, reason FROM askcards_ask WHERE id = %s", ask_id) == [("answered", "submitted")]
+    assert pg_db.query("SELECT surface FROM askcards_respondent WHERE ask_id = %s", ask_id) == [("host",)]

@@ -189,18 +189,31 @@ async def test_a_json_rpc_batch_is_refused_and_runs_nothing(batch, agent_and_key
 
 
 @pytest.mark.parametrize("message", [
-    {"jsonrpc": "2.0", "id": 1, "result": {}},
-    {"jsonrpc": "2.0", "id": 1, "result": {"content": [], "isError": False}},
-    {"jsonrpc": "2.0", "id": "q_1", "error": {"code": -32000, "message": "x"}},
     {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}},
     {"jsonrpc": "2.0", "method": "notifications/initialized"},
 ])
-async def test_a_response_or_notification_shaped_body_is_accepted_and_changes_nothing(
+async def test_a_notification_shaped_body_is_accepted_and_changes_nothing(
         message, agent_and_key, pending_ask, no_tracebacks):
-    """The server sent no request this could answer (stateless HTTP): 202, nothing else. A stray
-    notifications/cancelled for an id nobody is waiting on cancels no ask."""
+    """A stray notifications/cancelled for an id nobody is waiting on cancels no ask: 202, nothing else."""
     answer = await wire.post(agent_and_key[1], message)
     assert (answer.status, answer.exchange.body) == (202, b"")
+    _assert_security_headers(answer.headers)
+    await database_sync_to_async(pending_ask.refresh_from_db)()
+    assert pending_ask.status == Ask.Status.PENDING
+
+
+@pytest.mark.parametrize("message", [
+    {"jsonrpc": "2.0", "id": 1, "result": {}},
+    {"jsonrpc": "2.0", "id": 1, "result": {"content": [], "isError": False}},
+    {"jsonrpc": "2.0", "id": "q_1", "error": {"code": -32000, "message": "x"}},
+    {"jsonrpc": "2.0", "id": None, "result": {"action": "decline"}},
+])
+async def test_a_response_to_no_request_askcards_sent_is_refused_and_changes_nothing(
+        message, agent_and_key, pending_ask, no_tracebacks):
+    """The only requests askcards sends are the host surface's forms, whose ids it signs
+    (tests/security/test_mcp_host_responses.py): a response answering anything else is a 400."""
+    answer = await wire.post(agent_and_key[1], message)
+    assert answer.status == 400 and answer.error["code"] == -32600
     _assert_security_headers(answer.headers)
     await database_sync_to_async(pending_ask.refresh_from_db)()
     assert pending_ask.status == Ask.Status.PENDING

@@ -14,7 +14,7 @@
 
 (function () {
   // The texts and the question form shared with the MCP App (questions.js).
-  const { TEXTS, el, when, renderHead, renderQuestion, collectAnswers, setDisabled } = window.askcards;
+  const { TEXTS, endedText, el, when, renderHead, renderQuestion, collectAnswers, setDisabled } = window.askcards;
   const { ENDED, STALE, SUBMITTED, DELIVERED, ANSWERING, SURFACES } = TEXTS;
   // A DingTalk form: what the person reads after their own response (the card's private texts).
   const RESPONDED = {
@@ -464,7 +464,7 @@
         // ends later (everyone responded, the deadline, the initiator): say how.
         if (entry.targeted) entry.status.textContent = `${RESPONDED[entry.responded] || SUBMITTED}${ENDED[message.reason] || STALE}`;
       } else {
-        finish(message.requestId, ENDED[message.reason] || STALE);
+        finish(message.requestId, endedText(message.reason, message.surface));
       }
     },
     ask_user_questions_delivered(message) {

@@ -18,6 +18,8 @@ window.askcards = (function () {
     pause_failed: "当前任务未能暂停，此问题已失效。",
     host_gone: "已在终端处理，或智能体已停止等待。",
     caller_gone: "智能体已断开，不再等待这个回答。",
+    declined: "已在 MCP 客户端拒绝回答。",
+    dismissed: "已在 MCP 客户端关闭，未作答。",
     superseded_by_question: "问题已被新的提问取代。",
     superseded_by_message: "你发送了新消息，问题已失效。",
     restart: "服务已重启，原问题上下文已失效。",
@@ -42,6 +44,14 @@ window.askcards = (function () {
     // Where an answer was given, as the history names it (Ask/Respondent surface).
     SURFACES: Object.freeze({ web: "网页", dingtalk: "钉钉卡片", feishu: "飞书卡片", host: "MCP 客户端", host_app: "MCP 应用" }),
   });
+
+  // How an ask ended, in the words of a page that did not end it: an answer given on a named
+  // surface says where (「已在 MCP 客户端回答。」), anything else by its reason.
+  function endedText(reason, surface) {
+    const name = TEXTS.SURFACES[surface];
+    if (name && (reason === "submitted" || reason === "empty")) return `已在${/^[A-Za-z]/.test(name) ? " " : ""}${name}回答。`;
+    return ENDED[reason] || TEXTS.STALE;
+  }
 
   function el(tag, attrs, text) {
     const node = document.createElement(tag);
@@ -163,5 +173,5 @@ window.askcards = (function () {
     });
   }
 
-  return Object.freeze({ TEXTS, el, when, renderHead, renderQuestion, readQuestion, showValidity, collectAnswers, renderSummary, setDisabled });
+  return Object.freeze({ TEXTS, endedText, el, when, renderHead, renderQuestion, readQuestion, showValidity, collectAnswers, renderSummary, setDisabled });
 })();

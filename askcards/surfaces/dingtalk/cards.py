@@ -20,6 +20,8 @@ TEMPLATE_ID = "c2a6355b-9724-4f7e-9653-d33fcb3311bb.schema"
 
 SUBMIT_BADGE = "提交"
 SELECTED_DESC = "已选择：{selected}。"
+# askcards' own: an answer given in the person's MCP client (host=ask) says so on the card.
+ANSWERED_ON_DESC = {"host": "已在 MCP 客户端回答：{selected}。"}
 
 # DingTalk documents at most 1 KB per card value, public and private (platform §3.6; its own form
 # example is larger, so it is a budget, not a hard cap — and the form variable is not cut). What a
@@ -56,6 +58,8 @@ TERMINAL_CARD: dict[str, tuple[str, str, str]] = {
     "pause_failed": ("expired", "当前任务未能暂停，此卡已失效，请重新发起。", "已失效"),
     "host_gone": ("expired", "已在终端处理，或智能体已停止等待。", "已失效"),
     "caller_gone": ("expired", "智能体已断开，不再等待这个回答。", "已失效"),
+    "declined": ("cancelled", "已在 MCP 客户端拒绝回答。", "已取消"),
+    "dismissed": ("cancelled", "已在 MCP 客户端关闭，未作答。", "已取消"),
     "restart": ("expired", "服务已重启，原问题上下文已失效，请重新发起。", "已失效"),
     "dispatch_failed": ("expired", "回答已收到，但未能继续会话，请发送一条普通消息继续。", "已失效"),
     "delivery_failed": ("expired", "问题卡片发送失败。", "已失效"),
@@ -156,6 +160,7 @@ class CardState:
     received: int = 0
     total: int = 1
     submission: Submission | None = None
+    answered_on: str = ""  # the surface the (ordinary) card's answer was given on
 
 
 def card_variables(state: CardState) -> dict[str, str]:
@@ -185,12 +190,12 @@ def card_variables(state: CardState) -> dict[str, str]:
             variables["form_btn_text"] = f"{state.received}/{state.total}"
         return variables
     variables.update(terminal_variables(state.reason, targeted=state.targeted, total=state.total,
-                                        submission=state.submission))
+                                        submission=state.submission, answered_on=state.answered_on))
     return variables
 
 
 def terminal_variables(reason: str, *, targeted: bool = False, total: int = 1,
-                       submission: Submission | None = None) -> dict[str, str]:
+                       submission: Submission | None = None, answered_on: str = "") -> dict[str, str]:
     """The variables that change when a card closes with ``reason``. Raises ValueError for an unknown one."""
     if targeted and reason == "completed":
         return {"card_status": "submitted", "question_desc": COMPLETED_DESC.format(count=total),
@@ -202,7 +207,8 @@ def terminal_variables(reason: str, *, targeted: bool = False, total: int = 1,
     status, desc, badge = TERMINAL_CARD[reason]
     variables = {"card_status": status, "question_desc": desc, "form_btn_text": badge}
     if reason == "submitted" and submission is not None and not submission.empty and not targeted:
-        variables["question_desc"] = with_answer(SELECTED_DESC, submission.selected_text)
+        variables["question_desc"] = with_answer(ANSWERED_ON_DESC.get(answered_on, SELECTED_DESC),
+                                                 submission.selected_text)
         variables["selected_text"] = shortened(submission.selected_text, max_bytes=VALUE_MAX_BYTES)
         variables["selected_values"] = values_json(submission.values)
     elif reason in ("submitted", "empty") and not targeted:

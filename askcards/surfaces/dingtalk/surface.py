@@ -114,6 +114,7 @@ def desired_variables(ask: Ask, message: CardMessage) -> dict[str, str]:
         received=sum(r.status != Respondent.Status.PENDING for r in respondents),
         total=len(respondents),
         submission=None if targeted else submission_of(respondents[0] if respondents else None),
+        answered_on="" if targeted or not respondents else respondents[0].surface,
     )
     return cards.card_variables(state)
 

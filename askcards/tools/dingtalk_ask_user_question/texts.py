@@ -91,6 +91,9 @@ _ORDINARY_HEADINGS = {
     "submitted": ("用户回答了交互卡片:", "submitted"),
     "empty": ("用户提交了空交互卡片:", "submitted"),
     "by_respondent": ("用户取消了交互卡片:", "cancelled"),
+    # askcards' own: the person's decline or dismissal of the form in their MCP client (host=ask).
+    "declined": ("用户拒绝回答交互卡片:", "declined"),
+    "dismissed": ("用户关闭了交互卡片，未作答:", "dismissed"),
     "timeout": ("交互卡片已超时:", "expired"),
 }
 
@@ -112,7 +115,8 @@ def answer_message(*, reason: str, question_id: str, title: str,
 # Targeted collections: overall status by the ask's reason, and each respondent's status.
 COLLECTION_STATUS = {"completed": "submitted", "timeout": "expired", "by_agent": "cancelled",
                      "by_operator": "cancelled", "session_cancelled": "cancelled",
-                     "host_gone": "cancelled", "caller_gone": "cancelled"}
+                     "host_gone": "cancelled", "caller_gone": "cancelled", "declined": "cancelled",
+                     "dismissed": "cancelled"}
 RESPONDENT_STATUSES = ("submitted", "empty", "cancelled", "missing")
 
 
