@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
 
@@ -116,3 +117,30 @@ async def test_a_cancel_notification_while_the_channel_layer_is_down_is_accepted
         while not any("failed; its readers will notice" in r.getMessage() for r in caplog.records):
             await asyncio.sleep(0.05)
     assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+@pytest.mark.parametrize("era", [wire.LEGACY, wire.MODERN])
+async def test_a_parked_call_holds_no_row_of_its_ask_and_still_returns_it_whole(era, agent_and_key, present_session,
+                                                                                monkeypatch):
+    """While a call waits it keeps what its progress notifications say, not the ask's row (its
+    session, respondents and questions with it): a server holding a thousand parked calls would
+    hold a thousand rows. Once answered it reads the ask again and returns all of it."""
+    layer = fake_layer.install(monkeypatch)
+    arguments = {"name": "ask_user_questions", "arguments": {"questions": QUESTIONS}}
+    call = asyncio.create_task(wire.rpc(agent_and_key[1], "tools/call", arguments, era=era, timeout=30))
+    ask_id = (await _pending_ask()).id
+    async with asyncio.timeout(10):
+        while not (layer.groups.get(events.ask_group(ask_id)) and layer.waiting_receives):  # parked
+            await asyncio.sleep(0.05)
+    await asyncio.sleep(0.2)
+    gc.collect()
+    held = [o for o in gc.get_objects() if isinstance(o, Ask) and o.pk == ask_id]
+    assert not held, "a parked call holds its ask's row"
+    assert not call.done()
+
+    await _answer(await database_sync_to_async(Ask.objects.get)(pk=ask_id))
+    answer = await asyncio.wait_for(call, 10)
+    assert answer.result["isError"] is False
+    assert json.loads(answer.result["content"][0]["text"]) == {"answers": answer_for()}
+    returned = answer.result["structuredContent"]["ask"]
+    assert (returned["id"], returned["status"], returned["questions"]) == (ask_id, "answered", QUESTIONS)
