@@ -31,6 +31,7 @@ import asyncio
 import json
 import logging
 import weakref
+from io import BytesIO
 from urllib.parse import parse_qsl, urlsplit
 
 from django.conf import settings
@@ -45,7 +46,7 @@ from askcards.db import in_pool
 
 from . import apps, host
 from .caller import Unauthorized, agent_for
-from .exchange import parked_request, serve_parked
+from .exchange import accepted, parked_request, serve_parked
 from .server import CLIENT_SCOPE, build_server
 
 logger = logging.getLogger(__name__)
@@ -182,17 +183,16 @@ class McpApp:
         if issued is not None:
             send = _with_session(send, issued)
         manager = await self._manager(limit)
-        scope = {**scope, **extra}
+        scope.update(extra)  # the request's own scope (channels' URL router copied it for this route)
         parked = parked_request(message, scope) if body else None
-        if parked is not None:
-            message = None  # a parked call holds only what it needs while it waits
+        if parked is not None and await accepted(manager.security_settings, scope):
+            # A parked call holds only what it needs while it waits: not the body, its parse or
+            # the Django request (the response's security headers are made from the scope).
+            del body, message, request
             with metrics.parked("mcp"):
-                served = await serve_parked(
-                    self.server, manager.security_settings, {}, scope, receive, _secured(send, request), parked
-                )
-            if served:
-                return
-        await manager.handle_request(scope, _replay(body, receive), _secured(send, request))
+                await serve_parked(self.server, {}, scope, receive, _secured(send, scope), parked)
+            return
+        await manager.handle_request(scope, _replay(body, receive), _secured(send, scope))
 
     async def _manager(self, limit: int | None) -> StreamableHTTPSessionManager:
         loop = asyncio.get_running_loop()
@@ -242,12 +242,13 @@ def _with_session(send, session_id: str):
     return named
 
 
-def _secured(send, request: ASGIRequest):
-    """``send`` adding the security headers Django's middleware would add to the response."""
+def _secured(send, scope):
+    """``send`` adding the security headers Django's middleware would add to the response (from
+    a Django request made for them then: ``edge.request_for`` accepted this scope already)."""
 
     async def secured(message):
         if message["type"] == "http.response.start":
-            extra = edge.with_security_headers(request, HttpResponse())
+            extra = edge.with_security_headers(ASGIRequest(scope, BytesIO()), HttpResponse())
             present = {name.lower() for name, _ in message.get("headers", ())}
             headers = list(message.get("headers", ()))
             for name, value in extra.items():

@@ -15,8 +15,9 @@ SDK's own envelope checks first (``classify_inbound_request``); one they refuse,
 (``initialize``, notifications, the other methods).
 
 A handler may also put a request of the server's on the stream (``OUTBOUND`` in the request's
-scope: the host surface's ``elicitation/create`` on the handshake revisions, ``askcards.mcp.host``).
-It is sent and not awaited: its response comes back as a POST of its own, to any process.
+scope, given a ``JSONRPCRequest``: the host surface's ``elicitation/create`` on the handshake
+revisions, ``askcards.mcp.host``). It is sent and not awaited: its response comes back as a POST
+of its own, to any process.
 """
 from __future__ import annotations
 
@@ -48,7 +49,7 @@ from pydantic import ValidationError
 from starlette.requests import Request
 
 PARKED_METHODS = frozenset({"tools/call", "tasks/result"})
-OUTBOUND = "askcards.outbound"  # scope key: send(request_id, method, params) puts a request on this stream
+OUTBOUND = "askcards.outbound"  # scope key: await emit(JSONRPCRequest) puts a server's request on this stream
 PING_SECONDS = 15.0
 SSE_HEADERS = [
     (b"content-type", b"text/event-stream"),
@@ -91,6 +92,7 @@ class _Exchange:
     """The SDK's ``DispatchContext`` for one POST: notifications go onto this response; no
     server-to-client requests (stateless HTTP has nowhere for their answers to land)."""
 
+    __slots__ = ("transport", "request_id", "message_metadata", "progress_token", "_cancel_requested", "_emit")
     can_send_request = False
 
     def __init__(self, request: Request, request_id, progress_token, emit):
@@ -98,8 +100,16 @@ class _Exchange:
         self.request_id = request_id
         self.message_metadata = ServerMessageMetadata(request_context=request)
         self.progress_token = progress_token
-        self.cancel_requested = anyio.Event()
+        self._cancel_requested: anyio.Event | None = None
         self._emit = emit
+
+    @property
+    def cancel_requested(self) -> anyio.Event:
+        """Made when first read (askcards' handlers never do): an event is a deque and more, and
+        every parked call has an exchange."""
+        if self._cancel_requested is None:
+            self._cancel_requested = anyio.Event()
+        return self._cancel_requested
 
     async def send_raw_request(self, method: str, params: Mapping[str, Any] | None, opts=None) -> dict[str, Any]:
         raise NoBackChannelError(method)
@@ -123,14 +133,22 @@ def _frame(message) -> bytes:
     return f"event: message\r\ndata: {data}\r\n\r\n".encode()
 
 
-async def serve_parked(server, security: TransportSecuritySettings, lifespan_state, scope, receive, send, parked: Parked) -> bool:
-    """Answer one parked request (see the module's docstring); ``receive`` is past the body.
-    False (nothing sent) when the request breaks a transport rule: the SDK's transport refuses it."""
-    http = Request(scope, receive)
+async def accepted(security: TransportSecuritySettings, scope) -> bool:
+    """Whether this POST passes the SDK transport's rules (Content-Type, Host and Origin, an
+    ``Accept`` of both JSON and SSE); else the SDK's transport serves it, which words the refusal."""
+    http = Request(scope)
     refusal = await TransportSecurityMiddleware(security).validate_request(http, is_post=True)
     has_json, has_sse = check_accept_headers(http)
-    if refusal is not None or not (has_json and has_sse):
-        return False
+    return refusal is None and has_json and has_sse
+
+
+async def serve_parked(server, lifespan_state, scope, receive, send, parked: Parked) -> None:
+    """Answer one parked request that ``accepted`` let through (see the module's docstring);
+    ``receive`` is past the body.
+
+    While the handler waits this coroutine waits on one future, set by the handler ending, the
+    client's disconnect or the keep-alive's timer: no ``asyncio.wait`` (its coroutines, set and
+    callbacks) held for every parked call."""
     streaming = False
 
     async def start_stream() -> None:
@@ -143,12 +161,11 @@ async def serve_parked(server, security: TransportSecuritySettings, lifespan_sta
         await start_stream()
         await send({"type": "http.response.body", "body": _frame(message), "more_body": True})
 
-    async def send_request(request_id: str, method: str, params: dict[str, Any]) -> None:
-        await emit(JSONRPCRequest(jsonrpc="2.0", id=request_id, method=method, params=params))
-
-    scope[OUTBOUND] = send_request  # the scope is this request's own (askcards.mcp.app copied it)
+    # The scope is this request's own (channels' URL router made it for the route); the emitter
+    # itself, no closure of its own kept per parked call.
+    scope[OUTBOUND] = emit
     request = parked.request
-    exchange = _Exchange(http, request.id, progress_token_from_params(request.params), emit)
+    exchange = _Exchange(Request(scope, receive), request.id, progress_token_from_params(request.params), emit)
     # No client identity: askcards' handlers never read it, and each parked call would hold its
     # models (the SDK's stateless legacy path builds its connections the same way).
     connection = Connection.from_envelope(parked.version, None, None)
@@ -156,16 +173,30 @@ async def serve_parked(server, security: TransportSecuritySettings, lifespan_sta
         serve_one(server, exchange, request.method, request.params, connection=connection, lifespan_state=lifespan_state)
     )
     gone = asyncio.ensure_future(receive())  # the client's next message can only be its disconnect
+    loop = asyncio.get_running_loop()
+    wake = loop.create_future()
+
+    def woken(_: object = None) -> None:
+        if not wake.done():
+            wake.set_result(None)
+
+    handler.add_done_callback(woken)
+    gone.add_done_callback(woken)
     try:
         while not handler.done():
-            done, _ = await asyncio.wait({handler, gone}, timeout=PING_SECONDS, return_when=asyncio.FIRST_COMPLETED)
-            if handler in done:
+            timer = loop.call_later(PING_SECONDS, woken)
+            try:
+                await wake
+            finally:
+                timer.cancel()
+            wake = loop.create_future()
+            if handler.done():
                 break
-            if gone in done:  # a dropped connection: the handler stops, the ask stays as it is
+            if gone.done():  # a dropped connection: the handler stops, the ask stays as it is
                 handler.cancel()
                 with suppress(asyncio.CancelledError, Exception):
                     await handler
-                return True
+                return
             await start_stream()
             await send({"type": "http.response.body", "body": b": ping\r\n\r\n", "more_body": True})
     except asyncio.CancelledError:  # the request itself cancelled (the server closing it): so is its handler
@@ -189,4 +220,3 @@ async def serve_parked(server, security: TransportSecuritySettings, lifespan_sta
             status = ERROR_CODE_HTTP_STATUS.get(reply.error.code, 200)  # as the SDK's 2026 exchange answers
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body, "more_body": False})
-    return True

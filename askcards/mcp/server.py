@@ -38,6 +38,7 @@ import re
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import suppress
 from contextvars import ContextVar
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -49,7 +50,7 @@ from django.utils.dateparse import parse_datetime
 from mcp.server.context import CallNext, ServerRequestContext
 from mcp.server.lowlevel.server import Server
 from mcp.shared.exceptions import MCPError
-from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND, MISSING_REQUIRED_CLIENT_CAPABILITY
+from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND, MISSING_REQUIRED_CLIENT_CAPABILITY, JSONRPCRequest
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
@@ -61,7 +62,7 @@ from askcards.hosts import prompt_tool
 from askcards.models import Agent, Ask
 from askcards.tools.host_prompts import HostEventError
 
-from . import apps, host, results
+from . import apps, host, results, tracing
 from .caller import Caller, caller_for
 from .exchange import OUTBOUND
 
@@ -122,6 +123,7 @@ def build_server() -> AskcardsServer:
     server.extensions[TASKS_EXTENSION] = {}
     server.extensions[apps.EXTENSION_ID] = {}
     server.add_notification_handler("notifications/cancelled", types.CancelledNotificationParams, cancelled)
+    server.middleware[:] = [tracing.when_traced(middleware) for middleware in server.middleware]
     server.middleware.append(with_caller)
     return server
 
@@ -249,25 +251,38 @@ def _host_form(ctx: ServerRequestContext[Any, Any], caller: Caller, ask: Ask, *,
     return host.elicitation(ask, ctx.protocol_version, task=task)
 
 
-AskHost = Callable[[Ask], Awaitable[None]]
+AskHost = Callable[[str], Awaitable[None]]
 
 
 def _host_asker(ctx: ServerRequestContext[Any, Any], caller: Caller, *, task: bool = False) -> AskHost | None:
-    """On the handshake revisions, what puts an open ask to the host's own user from a waiting
-    request: an ``elicitation/create`` on this request's stream (``askcards.mcp.host``), whose
-    response comes back as a POST of its own. None where no request can go out (2026-07-28, or a
-    request askcards does not frame itself)."""
+    """On the handshake revisions, what puts an open ask (by id) to the host's own user from a
+    waiting request: an ``elicitation/create`` on this request's stream (``askcards.mcp.host``),
+    whose response comes back as a POST of its own. None where no request can go out (2026-07-28,
+    a request askcards does not frame itself, a client that declared no form elicitation).
+
+    The form is made from the ask as read when it is sent (a parked call holds no row of its ask),
+    and let go once sent."""
     scope = ctx.request.scope if ctx.request is not None else {}
     outbound = scope.get(OUTBOUND)
-    if modern(ctx) or outbound is None or not caller.host_ask:
+    if modern(ctx) or outbound is None or not caller.host_ask or not declares_form_elicitation(ctx):
         return None
 
-    async def ask_host(ask: Ask) -> None:
-        params = _host_form(ctx, caller, ask, task=task)
-        if params is not None:
-            await outbound(host.request_id(ask), "elicitation/create", params)
+    async def ask_host(ask_id: str) -> None:
+        put = await in_pool(_host_request, ctx, caller, ask_id, task)
+        if put is not None:
+            await outbound(put)
 
     return ask_host
+
+
+def _host_request(ctx: ServerRequestContext[Any, Any], caller: Caller, ask_id: str, task: bool) -> JSONRPCRequest | None:
+    """The ``elicitation/create`` putting the ask to the host as it is now (read here, in the
+    pool), or None when it is not put (it has ended, or its form cannot be expressed)."""
+    ask = selectors.ask_get(agent=caller.agent, ask_id=ask_id)
+    params = _host_form(ctx, caller, ask, task=task)
+    if params is None:
+        return None
+    return JSONRPCRequest(jsonrpc="2.0", id=host.request_id(ask), method="elicitation/create", params=params)
 
 
 def _check_task_method(ctx: ServerRequestContext[Any, Any]) -> None:
@@ -374,8 +389,11 @@ async def call_tool(ctx: ServerRequestContext[Any, Any], params: types.CallToolR
         outcome = await _run(ctx, caller, params.name, params.arguments)
         if outcome.ask is None:
             return _call_result(outcome.status, outcome.tool_result, None)
-        if outcome.ask.is_open and outcome.ask.blocking:
-            ask = await _park(ctx, caller, outcome.ask.id, subscription, lease=True, ask_host=_host_asker(ctx, caller))
+        status, text, ask_id = outcome.status, outcome.tool_result, outcome.ask.id
+        parks = outcome.ask.is_open and outcome.ask.blocking
+        del outcome  # a parked call holds no row while it waits, the ask it made included
+        if parks:
+            ask = await _park(ctx, caller, ask_id, subscription, lease=True, ask_host=_host_asker(ctx, caller))
             if ask.is_open:
                 text = (
                     f"the ask {ask.id} is still open past its deadline (is the askcards worker running?); "
@@ -383,11 +401,11 @@ async def call_tool(ctx: ServerRequestContext[Any, Any], params: types.CallToolR
                 )
                 return _call_result(Ask.Status.FAILED, text, ask)
         else:
-            ask = await in_pool(_read, caller.agent, outcome.ask.id)
+            ask = await in_pool(_read, caller.agent, ask_id)
     if not ask.is_open:
         await in_pool(services.ask_result_returned, ask=ask)
     if not ask.blocking:  # the DingTalk tool answers at once; its later outcome is its task's
-        return _call_result(outcome.status, outcome.tool_result, ask)
+        return _call_result(status, text, ask)
     return _call_result(ask.status, (ask.result or {}).get("tool_result"), ask)
 
 
@@ -576,50 +594,75 @@ async def _park(ctx: ServerRequestContext[Any, Any], caller: Caller, ask_id: str
             raise
 
 
-def _leased_read(agent: Agent, ask_id: str) -> Ask:
-    services.waiter_parked(ask_id=ask_id)
-    return _read(agent, ask_id)
+@dataclass(frozen=True, slots=True)
+class _Waiting:
+    """What a parked call keeps of its open ask while it waits, instead of the row (with its
+    session, respondents and questions): when it was made and is due, and what the progress
+    notifications say (as of the last read; every wake reads the ask again)."""
+
+    created_at: datetime
+    deadline: datetime
+    message: str
+
+    @classmethod
+    def of(cls, ask: Ask) -> _Waiting:
+        return cls(ask.created_at, ask.deadline, results.waiting_message(ask))
+
+
+def _state(agent: Agent, ask_id: str, *, lease: bool = False, cancel: bool = False) -> Ask | _Waiting:
+    """The ask once it has ended, else what its wait keeps (``_Waiting``). ``lease``: the waiter
+    takes the ask's lease first; ``cancel``: the caller's ``notifications/cancelled`` arrived,
+    the ask is cancelled (``by_agent``) if still open."""
+    if lease:
+        services.waiter_parked(ask_id=ask_id)
+    ask = _read(agent, ask_id)
+    if cancel and ask.is_open:
+        services.ask_cancel(ask=ask, reason=Ask.Reason.BY_AGENT, actor=f"agent:{agent.name}")
+        ask = _read(agent, ask_id)
+    return _Waiting.of(ask) if ask.is_open else ask
+
+
+async def _leased_state(agent: Agent, ask_id: str) -> Ask | _Waiting:
+    """``_state`` taking the lease, finished even if the client goes away meanwhile: the lease it
+    takes must be in place before _park's caller_left shortens it to the grace period, not land
+    after it."""
+    read = asyncio.ensure_future(in_pool(_state, agent, ask_id, lease=True))
+    try:
+        return await asyncio.shield(read)
+    except asyncio.CancelledError:
+        with suppress(Exception):
+            await read
+        raise
 
 
 async def _parked(ctx: ServerRequestContext[Any, Any], caller: Caller, ask_id: str, subscription: events.Subscription,
                   *, lease: bool, ask_host: AskHost | None = None) -> Ask:
     await subscription.add(events.ask_group(ask_id))
     # After subscribing: no change can slip by.
-    if lease:
-        # Finished even if the client goes away meanwhile: the lease it takes must be in place
-        # before _park's caller_left shortens it to the grace period, not land after it.
-        read = asyncio.ensure_future(in_pool(_leased_read, caller.agent, ask_id))
-        try:
-            ask = await asyncio.shield(read)
-        except asyncio.CancelledError:
-            with suppress(Exception):
-                await read
-            raise
-    else:
-        ask = await in_pool(_read, caller.agent, ask_id)
-    if ask_host is not None and ask.is_open:
-        await ask_host(ask)
+    state = await (_leased_state(caller.agent, ask_id) if lease else in_pool(_state, caller.agent, ask_id))
+    if not isinstance(state, _Waiting):
+        return state
+    if ask_host is not None:
+        await ask_host(ask_id)
     loop = asyncio.get_running_loop()
-    give_up = loop.time() + max(0.0, (ask.deadline - timezone.now()).total_seconds()) + DEADLINE_GRACE_SECONDS
-    total = max(1.0, (ask.deadline - ask.created_at).total_seconds())
+    give_up = loop.time() + max(0.0, (state.deadline - timezone.now()).total_seconds()) + DEADLINE_GRACE_SECONDS
+    total = max(1.0, (state.deadline - state.created_at).total_seconds())
     next_progress = loop.time()
-    while ask.is_open:
+    while isinstance(state, _Waiting):
         now = loop.time()
         if now >= next_progress:
-            elapsed = (timezone.now() - ask.created_at).total_seconds()
-            await ctx.session.report_progress(min(elapsed, total), total, results.waiting_message(ask))
+            elapsed = (timezone.now() - state.created_at).total_seconds()
+            await ctx.session.report_progress(min(elapsed, total), total, state.message)
             next_progress = now + PROGRESS_SECONDS
         if now >= give_up:
-            break
+            return await in_pool(_read, caller.agent, ask_id)  # still open: as it is now
         message = await subscription.receive(min(next_progress, give_up) - now)
         if message is None:
             continue
-        if message.get("type") == CANCEL:
-            await in_pool(services.ask_cancel, ask=ask, reason=Ask.Reason.BY_AGENT, actor=f"agent:{caller.agent.name}")
-        ask = await in_pool(_read, caller.agent, ask_id)
-        if message.get("type") == host.ASK_AGAIN and ask_host is not None and ask.is_open:
-            await ask_host(ask)
-    return ask
+        state = await in_pool(_state, caller.agent, ask_id, cancel=message.get("type") == CANCEL)
+        if message.get("type") == host.ASK_AGAIN and ask_host is not None and isinstance(state, _Waiting):
+            await ask_host(ask_id)
+    return state
 
 
 async def cancelled(ctx: ServerRequestContext[Any, Any], params: types.CancelledNotificationParams) -> None:
@@ -709,9 +752,11 @@ async def tasks_result(ctx: ServerRequestContext[Any, Any], params: types.GetTas
             services.quota_check_parked(agent=_caller.get().agent)
         except QuotaExceeded as exc:
             raise MCPError(code=QUOTA_EXCEEDED, message=f"{exc.message} (retry after {exc.retry_after} s)") from None
+        task_id = ask.id
+        del ask  # a parked call holds no row while it waits
         async with events.Subscription("MCP call") as subscription:
             ask_host = _host_asker(ctx, _caller.get(), task=True)
-            ask = await _park(ctx, _caller.get(), ask.id, subscription, ask_host=ask_host)
+            ask = await _park(ctx, _caller.get(), task_id, subscription, ask_host=ask_host)
         if ask.is_open:
             raise MCPError(code=INTERNAL_ERROR, message=f"task {ask.id} is still working past its deadline; poll tasks/get")
         status = types.TaskStatusNotification(params=types.TaskStatusNotificationParams.model_validate(results.task(ask), by_name=False))

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
 
@@ -9,7 +10,7 @@ import pytest
 from channels.db import database_sync_to_async
 
 from askcards import events, services
-from askcards.mcp import exchange
+from askcards.mcp import apps, exchange, host
 from askcards.models import Ask
 from tests.conftest import QUESTIONS, answer_for
 from tests.fakes import layer as fake_layer
@@ -116,3 +117,78 @@ async def test_a_cancel_notification_while_the_channel_layer_is_down_is_accepted
         while not any("failed; its readers will notice" in r.getMessage() for r in caplog.records):
             await asyncio.sleep(0.05)
     assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+@pytest.mark.parametrize("era", [wire.LEGACY, wire.MODERN])
+async def test_a_parked_call_holds_no_row_of_its_ask_and_still_returns_it_whole(era, agent_and_key, present_session,
+                                                                                monkeypatch):
+    """While a call waits it keeps what its progress notifications say, not the ask's row (its
+    session, respondents and questions with it): a server holding a thousand parked calls would
+    hold a thousand rows. Once answered it reads the ask again and returns all of it."""
+    layer = fake_layer.install(monkeypatch)
+    arguments = {"name": "ask_user_questions", "arguments": {"questions": QUESTIONS}}
+    call = asyncio.create_task(wire.rpc(agent_and_key[1], "tools/call", arguments, era=era, timeout=30))
+    ask_id = (await _pending_ask()).id
+    async with asyncio.timeout(10):
+        while not (layer.groups.get(events.ask_group(ask_id)) and layer.waiting_receives):  # parked
+            await asyncio.sleep(0.05)
+    await asyncio.sleep(0.2)
+    gc.collect()
+    held = [o for o in gc.get_objects() if isinstance(o, Ask) and o.pk == ask_id]
+    assert not held, "a parked call holds its ask's row"
+    assert not call.done()
+
+    await _answer(await database_sync_to_async(Ask.objects.get)(pk=ask_id))
+    answer = await asyncio.wait_for(call, 10)
+    assert answer.result["isError"] is False
+    assert json.loads(answer.result["content"][0]["text"]) == {"answers": answer_for()}
+    returned = answer.result["structuredContent"]["ask"]
+    assert (returned["id"], returned["status"], returned["questions"]) == (ask_id, "answered", QUESTIONS)
+
+
+def _host_request_id(ask_id: str) -> str:
+    return host.request_id(Ask.objects.get(pk=ask_id))
+
+
+def _held(ask_id: str) -> list:
+    gc.collect()
+    return [o for o in gc.get_objects() if isinstance(o, Ask) and o.pk == ask_id]
+
+
+async def test_a_parked_call_putting_its_form_to_the_host_holds_no_row_either(agent_and_key, present_session,
+                                                                              monkeypatch):
+    """``host=ask`` on 2025-11-25: the call's stream carries ``elicitation/create``, made from the
+    ask as read when it goes out, and the call still holds no row of its ask while the form is out.
+    Content that does not answer the form has it put again (read again); the host's answer then
+    ends the call."""
+    layer = fake_layer.install(monkeypatch)
+    agent, key = agent_and_key
+    message, extra = wire.request("tools/call", {"name": "ask_user_questions", "arguments": {"questions": QUESTIONS}})
+    declared = ("mcp-session-id", apps.session_token(agent.pk, apps.Declared(forms=True)))
+    call = asyncio.create_task(wire.post(key, message, query=f"{wire.WEB}&host=ask", extra=[*extra, declared],
+                                         timeout=30))
+    ask_id = (await _pending_ask()).id
+    async with asyncio.timeout(10):
+        while not (layer.groups.get(events.ask_group(ask_id)) and layer.waiting_receives):  # form out, parked
+            await asyncio.sleep(0.05)
+    await asyncio.sleep(0.2)
+    assert not _held(ask_id), "a parked call whose form is out holds its ask's row"
+
+    request_id = await database_sync_to_async(_host_request_id)(ask_id)
+    wrong = {"jsonrpc": "2.0", "id": request_id, "result": {"action": "accept", "content": {"q1": "MongoDB"}}}
+    assert (await wire.post(key, wrong)).status == 202
+    await asyncio.sleep(0.5)  # the form put again
+    assert not _held(ask_id), "a parked call holds the row its form was put again from"
+    assert not call.done()
+
+    right = {"jsonrpc": "2.0", "id": request_id, "result": {"action": "accept", "content": {"q1": "SQLite"}}}
+    assert (await wire.post(key, right)).status == 202
+    answer = await asyncio.wait_for(call, 10)
+    forms = [m for m in answer.messages if m.get("method") == "elicitation/create"]
+    assert [host.ask_of(form["id"], agent_id=agent.pk) for form in forms] == [ask_id, ask_id]  # each signed anew
+    schema = forms[0]["params"]["requestedSchema"]
+    assert schema["required"] == ["q1"] and forms[1]["params"] == forms[0]["params"]
+    assert [option["const"] for option in schema["properties"]["q1"]["oneOf"]] == ["PostgreSQL", "SQLite"]
+    assert answer.result["isError"] is False
+    assert json.loads(answer.result["content"][0]["text"]) == {"answers": answer_for(labels=("SQLite",))}
+    assert answer.result["structuredContent"]["ask"]["status"] == "answered"
