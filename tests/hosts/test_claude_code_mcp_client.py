@@ -146,11 +146,12 @@ def test_interactive_claude_code_makes_a_task_and_hands_the_answer_over_as_a_not
     """The interactive CLI (default negotiation, 2026-07-28 with an HTTP server) declares the tasks
     extension: askcards answers the call with a task, which Claude Code moves to the background
     (the model is told so and goes on), polls, and hands over as a task notification once alice
-    answers on the panel."""
+    answers on the panel, more than a minute later (past the 60 s at which a blocking call without a
+    longer timeout gives up)."""
     data_dir = tmp_path / "askcards"
     with askcards(data_dir) as (base, key, alice), \
             FakeAnthropic([ASK, Text("Waiting for the answer."), Text("We use SQLite.")]) as api:
-        alice.answers([["SQLite"]], after=3)
+        alice.answers([["SQLite"]], after=ANSWER_AFTER)
         host = Host(tmp_path, api, settings=PERMITTED)
         added = host.run(["mcp", "add", "--transport", "http", "askcards", f"{base}/mcp?{WEB_SESSION}",
                           "--header", f"Authorization: Bearer {key}"])
@@ -158,7 +159,7 @@ def test_interactive_claude_code_makes_a_task_and_hands_the_answer_over_as_a_not
         with host.interactive() as term:
             term.wait_ready()
             term.submit("Which database should we use? Ask me.")
-            term.wait_for("We use SQLite.", WAIT)
+            term.wait_for("We use SQLite.", ANSWER_AFTER + WAIT)
             [shown] = alice.shown
             ask_id = shown["requestId"]
             screen = term.screen()
