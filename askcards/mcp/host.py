@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 import mcp_types as types
-from django.core import signing
 from pydantic import ValidationError
 
 from askcards import events, services
@@ -45,20 +44,12 @@ INVALID_PARAMS = -32602
 def request_id(ask: Ask) -> str:
     """The JSON-RPC id of the ``elicitation/create`` putting ``ask`` to the host: its ask and
     agent, signed."""
-    return signing.dumps({"ask": ask.id, "agent": ask.agent_id}, salt=ID_SALT, compress=False)
+    return results.signed_ask(ask, salt=ID_SALT)
 
 
 def ask_of(value: Any, *, agent_id: int) -> str | None:
     """The ask a response's id names, if askcards signed it for this agent (and not too long ago)."""
-    if not isinstance(value, str) or len(value) > 400:
-        return None
-    try:
-        data = signing.loads(value, salt=ID_SALT, max_age=ID_MAX_AGE)
-    except signing.BadSignature:  # SignatureExpired too
-        return None
-    if not isinstance(data, dict) or data.get("agent") != agent_id or not isinstance(data.get("ask"), str):
-        return None
-    return data["ask"]
+    return results.ask_signed(value, salt=ID_SALT, agent_id=agent_id, max_age=ID_MAX_AGE)
 
 
 def elicitation(ask: Ask, version: str, *, task: bool) -> dict[str, Any] | None:

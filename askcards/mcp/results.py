@@ -159,14 +159,27 @@ def host_input_required(ask: Ask, params: dict[str, Any]) -> dict[str, Any]:
     form, and a ``requestState`` naming the ask, signed (``django.core.signing``: HMAC with the
     site's secret, compared in constant time) so a client cannot point its retry at another ask."""
     task = host_input_task(ask, params)
-    state = signing.dumps({"ask": ask.id, "agent": ask.agent_id}, salt=REQUEST_STATE_SALT, compress=False)
+    state = signed_ask(ask, salt=REQUEST_STATE_SALT)
     return {"resultType": "input_required", "inputRequests": task["inputRequests"], "requestState": state}
 
 
-def request_state_ask(state: str, *, agent_id: int) -> str | None:
+def request_state_ask(state: Any, *, agent_id: int) -> str | None:
     """The ask a retry's ``requestState`` names, if this server signed it for this agent."""
+    return ask_signed(state, salt=REQUEST_STATE_SALT, agent_id=agent_id)
+
+
+def signed_ask(ask: Ask, *, salt: str) -> str:
+    """A token naming ``ask`` and its agent, signed for one use (``salt``) with the site's secret."""
+    return signing.dumps({"ask": ask.id, "agent": ask.agent_id}, salt=salt, compress=False)
+
+
+def ask_signed(value: Any, *, salt: str, agent_id: int, max_age: int = REQUEST_STATE_MAX_AGE) -> str | None:
+    """The ask a ``signed_ask`` token names, if this server signed it for ``salt`` and this agent
+    not more than ``max_age`` seconds ago; None for anything else (checked in constant time)."""
+    if not isinstance(value, str) or len(value) > 400:
+        return None
     try:
-        data = signing.loads(state, salt=REQUEST_STATE_SALT, max_age=REQUEST_STATE_MAX_AGE)
+        data = signing.loads(value, salt=salt, max_age=max_age)
     except signing.BadSignature:  # SignatureExpired too
         return None
     if not isinstance(data, dict) or data.get("agent") != agent_id or not isinstance(data.get("ask"), str):
