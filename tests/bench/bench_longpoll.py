@@ -789,7 +789,8 @@ def figures(report: dict[str, Any]) -> list[Figure]:
     if report.get("capacity"):
         best = max((step["rate"] for step in report["capacity"] if step["held"]), default=0.0)
         found += [Figure("CAPACITY (p99 < 100 ms, 0 lost)", best, "answers/s"),
-                  Figure("CAPACITY RATIO to the trivial view", capacity_ratio(report), "", at_least(CAPACITY_RATIO_TARGET))]
+                  Figure("CAPACITY RATIO to the trivial view", capacity_ratio(report), "",
+                         at_least(CAPACITY_RATIO_TARGET))]
     return found
 
 

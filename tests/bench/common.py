@@ -228,11 +228,11 @@ def summarize(rounds: list[list[Figure]]) -> list[Row]:
     return [Row(name, last[name].unit, found, last[name].target) for name, found in values.items()]
 
 
-def summary_lines(title: str, rounds: list[list[Figure]], note: str = "") -> list[str]:
+def summary_lines(title: str, rounds: list[list[Figure]], note: str = "", word: str = "round") -> list[str]:
     rows = summarize(rounds)
-    width = min(64, max([len(row.name) for row in rows] + [6]))
-    lines = [f"=== SUMMARY of {title}: {len(rounds)} round{'s' if len(rounds) != 1 else ''}, min / median / max "
-             "over the rounds; each target on the median ==="]
+    width = min(80, max([len(row.name) for row in rows] + [6]))
+    lines = [f"=== SUMMARY of {title}: {len(rounds)} {word}{'s' if len(rounds) != 1 else ''}, min / median / max "
+             f"over the {word}s; each target on the median ==="]
     if note:
         lines.append(note)
     lines.append(f"{'figure':<{width}} {'unit':<9} {'min':>9} {'median':>9} {'max':>9}  {'target':<12} verdict")
@@ -249,7 +249,7 @@ def summary_lines(title: str, rounds: list[list[Figure]], note: str = "") -> lis
                 missed_names.append(row.name)
             line += f"  {str(row.target):<12} {'met' if ok else 'MISSED'}"
         if len(row.values) != len(rounds):
-            line += f"  (in {len(row.values)} of {len(rounds)} rounds)"
+            line += f"  (in {len(row.values)} of {len(rounds)} {word}s)"
         lines.append(line.rstrip())
     if met or missed:
         lines.append(f"targets on the median: {met} met, {missed} missed"
@@ -257,10 +257,12 @@ def summary_lines(title: str, rounds: list[list[Figure]], note: str = "") -> lis
     return lines
 
 
-def run_rounds(title: str, rounds: int, measure: Callable[[int], list[Figure]], note: str = "") -> list[list[Figure]]:
+def run_rounds(title: str, rounds: int, measure: Callable[[int], list[Figure]], note: str = "",
+               word: str = "round") -> list[list[Figure]]:
     """Run ``measure(round_number)`` ``rounds`` times between the build and machine lines, then
     print the summary table (also of the rounds done when one fails, before its error goes on).
-    Each round's figures start with the load average and the CPU yardstick at its start."""
+    Each round's figures start with the load average and the CPU yardstick at its start.
+    ``word`` is what the output calls a round ("run" where ``--rounds`` means something else)."""
     say(build_line())
     machine = read_machine()
     say(machine_line("at start", machine))
@@ -269,25 +271,25 @@ def run_rounds(title: str, rounds: int, measure: Callable[[int], list[Figure]], 
         say(busy_warning(machine))
     done: list[list[Figure]] = []
     try:
-        for number_ in range(rounds):
-            if number_:
+        for index in range(rounds):
+            if index:
                 machine = read_machine()
             if rounds > 1:
                 say()
-                say(f"##### round {number_ + 1} of {rounds}")
-                if number_:
-                    say(machine_line(f"at the start of round {number_ + 1}", machine))
+                say(f"##### {word} {index + 1} of {rounds}")
+                if index:
+                    say(machine_line(f"at the start of {word} {index + 1}", machine))
                     if machine.busy:
                         say(busy_warning(machine))
             if machine.busy:
-                busy.append(f"round {number_ + 1} at {machine.load[0]:.2f}")
-            figures = [Figure("load average (1 min) at round start", machine.load[0]),
-                       Figure("CPU yardstick at round start", machine.yardstick_ms, "ms"), *measure(number_)]
+                busy.append(f"{word} {index + 1} at {machine.load[0]:.2f}")
+            figures = [Figure(f"load average (1 min) at {word} start", machine.load[0]),
+                       Figure(f"CPU yardstick at {word} start", machine.yardstick_ms, "ms"), *measure(index)]
             done.append(figures)
     finally:
         if done:
             say()
-            for line in summary_lines(title, done, note):
+            for line in summary_lines(title, done, note, word):
                 say(line)
             if busy:
                 say(f"WARNING: machine not idle at the start of {', '.join(busy)} (> {BUSY_LOAD_PER_CORE} per core): "
