@@ -50,8 +50,20 @@ from typing import Any
 import aiohttp
 
 from tests.bench import NO_QUOTAS
+from tests.bench.common import (
+    PROJECT_DIR,
+    Figure,
+    add_rounds_argument,
+    at_least,
+    at_most,
+    below,
+    check_rounds,
+    exactly,
+    percentile,
+    run_rounds,
+    say,
+)
 
-PROJECT_DIR = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
 HOST = "127.0.0.1"
 SETUP_TIMEOUT = 120  # seconds for any one manage.py step
@@ -59,6 +71,9 @@ START_TIMEOUT = 60  # seconds for the server to answer
 USERNAME = "benchuser"
 MISSING_ASK = "q_00000000000000000000000000000000"
 CAPACITY_P99_MS = 100.0  # the wake p99 a sustained answer rate must keep
+CAPACITY_RATIO_TARGET = 0.5  # capacity (answers/s) over the trivial view's req/s, at least
+CPU_RATIO_TARGET = 3.0  # server CPU per answer + wake over a trivial request's, at most
+PEAK_MB_TARGET = 400.0
 
 # A user (``create``: create_user, or create_superuser for the admin's pages) and a logged-in
 # session of theirs, written directly to the session store (setup_user runs it).
@@ -186,17 +201,6 @@ def mb(kb: int | float) -> float:
     return kb / 1024
 
 
-def percentile(sorted_values: list[float], pct: float) -> float:
-    if not sorted_values:
-        return float("nan")
-    index = min(len(sorted_values) - 1, max(0, int(round(pct / 100 * len(sorted_values) + 0.5)) - 1))
-    return sorted_values[index]
-
-
-def say(message: str = "") -> None:
-    print(message, flush=True)
-
-
 # ------------------------------------------------------------------------------------------ state
 
 
@@ -230,7 +234,7 @@ class Panel:
                     self.acks[data["requestId"]] = data
                 elif kind == "ask_user_questions_cancelled":
                     self.cancelled.add(data["requestId"])
-                elif len(self.other) < 20:
+                elif kind not in ("history", "history_add") and len(self.other) < 20:  # the panel's closed-ask list
                     self.other.append(data)
         finally:
             self.closed = f"closed (code {self.ws.close_code})"
@@ -494,8 +498,11 @@ async def search_capacity(measure, start: float, count: int) -> list[dict[str, A
 
 
 async def yardstick(base: str, path: str, headers: dict[str, str], clients: int, seconds: float,
-                    expect: int) -> dict[str, Any]:
+                    expect: int, pid: int | None = None) -> dict[str, Any]:
+    """``clients`` keep-alive clients on ``path`` for ``seconds``: req/s and latencies; with
+    ``pid``, also that server's CPU per request (``cpu_ms``) over the same stretch."""
     latencies: list[float] = []
+    cpu_before = proc_cpu_seconds(pid) if pid else 0.0
     unexpected: dict[str, int] = {}
     connector = aiohttp.TCPConnector(limit=clients)
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=30)) as http:
@@ -520,12 +527,14 @@ async def yardstick(base: str, path: str, headers: dict[str, str], clients: int,
 
         await asyncio.wait_for(asyncio.gather(*(client() for _ in range(clients))), seconds + 35)
         elapsed = time.monotonic() - start
+    cpu = proc_cpu_seconds(pid) - cpu_before if pid else float("nan")
     latencies.sort()
     return {
         "requests": len(latencies),
         "rps": len(latencies) / elapsed if elapsed else 0.0,
         "p50": percentile(latencies, 50) * 1000,
         "p99": percentile(latencies, 99) * 1000,
+        "cpu_ms": cpu / len(latencies) * 1000 if latencies else float("nan"),
         "unexpected": unexpected,
     }
 
@@ -659,10 +668,10 @@ async def bench(args: argparse.Namespace, base: str, port: int, server: subproce
 
     # --- yardstick (after the waits: the server is idle again)
     report["yardstick_drf"] = await yardstick(
-        base, f"/api/v1/asks/{MISSING_ASK}", auth, args.yardstick_clients, args.yardstick_seconds, 404
+        base, f"/api/v1/asks/{MISSING_ASK}", auth, args.yardstick_clients, args.yardstick_seconds, 404, pid
     )
     report["yardstick_django"] = await yardstick(
-        base, "/admin/", {}, args.yardstick_clients, args.yardstick_seconds, 302
+        base, "/admin/", {}, args.yardstick_clients, args.yardstick_seconds, 302, pid
     )
     stop_sampler.set()
     await sampler
@@ -687,7 +696,7 @@ def print_report(args: argparse.Namespace, report: dict[str, Any], nofile: tuple
         f"{report['parked_seconds']:.1f} s after the first; {report['returned_before_answers']} returned before any answer")
     say(f"answers: {n} sent over the panel socket in {report['answer_seconds']:.1f} s "
         f"(max schedule slip {report['send_slip_ms']:.0f} ms); server CPU during answers+wakes "
-        f"{report['cpu_answer_phase']:.1f} s")
+        f"{report['cpu_answer_phase']:.1f} s = {answer_cpu_ms(report):.2f} ms per answer + wake")
     say()
     say(f"answer-to-wake latency (ms): p50 {percentile(lat, 50):.1f}   p99 {percentile(lat, 99):.1f}   "
         f"max {lat[-1] if lat else float('nan'):.1f}   (n={len(lat)}; min {lat[0] if lat else float('nan'):.1f}, "
@@ -711,8 +720,11 @@ def print_report(args: argparse.Namespace, report: dict[str, Any], nofile: tuple
                         ("yardstick_django", "GET /admin/ (plain Django view, 302 to login)")):
         y = report[name]
         extra = f"  unexpected {y['unexpected']}" if y["unexpected"] else ""
-        say(f"YARDSTICK {label}: {y['rps']:.0f} req/s, p50 {y['p50']:.1f} ms, p99 {y['p99']:.1f} ms "
-            f"({args.yardstick_clients} keep-alive clients, {args.yardstick_seconds:.0f} s, {y['requests']} requests){extra}")
+        say(f"YARDSTICK {label}: {y['rps']:.0f} req/s, p50 {y['p50']:.1f} ms, p99 {y['p99']:.1f} ms, server CPU "
+            f"{y['cpu_ms']:.2f} ms per request ({args.yardstick_clients} keep-alive clients, "
+            f"{args.yardstick_seconds:.0f} s, {y['requests']} requests){extra}")
+    say(f"CPU RATIO: server CPU per answer + wake over a trivial request's (GET /admin/): "
+        f"{answer_cpu_ms(report):.2f} / {report['yardstick_django']['cpu_ms']:.2f} = {cpu_ratio(report):.2f}x")
     say()
     if report.get("capacity"):
         held = [step["rate"] for step in report["capacity"] if step["held"]]
@@ -726,10 +738,60 @@ def print_report(args: argparse.Namespace, report: dict[str, Any], nofile: tuple
         say()
     p99 = percentile(lat, 99)
     peak_mb = mb(report["hwm_after_waits_kb"])
-    say("targets (printed, not asserted): "
-        f"wake p99 < 100 ms [{'ok' if p99 < 100 else 'MISSED'}], "
-        f"0 lost [{'ok' if lost_total == 0 else 'MISSED'}], "
-        f"< 400 MB for {n} waiters [{'ok' if peak_mb < 400 else 'MISSED'}]")
+    verdicts = [f"wake p99 < 100 ms [{'ok' if p99 < 100 else 'MISSED'}]",
+                f"0 lost [{'ok' if lost_total == 0 else 'MISSED'}]",
+                f"< {PEAK_MB_TARGET:.0f} MB for {n} waiters [{'ok' if peak_mb < PEAK_MB_TARGET else 'MISSED'}]",
+                f"CPU per answer + wake <= {CPU_RATIO_TARGET:g}x a trivial request's "
+                f"[{'ok' if cpu_ratio(report) <= CPU_RATIO_TARGET else 'MISSED'}]"]
+    if report.get("capacity"):
+        verdicts.append(f"capacity ratio >= {CAPACITY_RATIO_TARGET:g} "
+                        f"[{'ok' if capacity_ratio(report) >= CAPACITY_RATIO_TARGET else 'MISSED'}]")
+    say("targets (printed, not asserted): " + ", ".join(verdicts))
+
+
+def answer_cpu_ms(report: dict[str, Any]) -> float:
+    """Server CPU per answer and its wake (the answer phase's CPU over the waiters), ms."""
+    return report["cpu_answer_phase"] / max(1, report["waiters"]) * 1000
+
+
+def cpu_ratio(report: dict[str, Any]) -> float:
+    trivial = report["yardstick_django"]["cpu_ms"]
+    return answer_cpu_ms(report) / trivial if trivial > 0 else float("nan")
+
+
+def capacity_ratio(report: dict[str, Any]) -> float:
+    best = max((step["rate"] for step in report.get("capacity") or [] if step["held"]), default=0.0)
+    trivial = report["yardstick_django"]["rps"]
+    return best / trivial if trivial else float("nan")
+
+
+def figures(report: dict[str, Any]) -> list[Figure]:
+    """What one round printed, for the summary over the rounds."""
+    lat = report["latencies_ms"]
+    n = report["waiters"]
+    found = [
+        Figure("answer-to-wake p50", percentile(lat, 50), "ms"),
+        Figure("answer-to-wake p99", percentile(lat, 99), "ms", below(100)),
+        Figure("answer-to-wake max", lat[-1] if lat else float("nan"), "ms"),
+        Figure("lost or wrong waits", n - len(lat), "", exactly(0)),
+        Figure("acks not ok", n - report["acks_ok"], "", exactly(0)),
+        Figure("server RSS, all waiters parked", mb(report["rss_parked_kb"]), "MB"),
+        Figure("kB per parked waiter", (report["rss_parked_kb"] - report["rss_before_waiters_kb"]) / max(1, n), "kB"),
+        Figure("peak server memory (VmHWM)", mb(report["hwm_after_waits_kb"]), "MB", below(PEAK_MB_TARGET)),
+        Figure("server threads, all parked", report["threads_parked"]),
+        Figure("parking: waits sent and server quiet", report["parked_seconds"], "s"),
+        Figure("server CPU per answer + wake", answer_cpu_ms(report), "ms"),
+        Figure("YARDSTICK DRF view", report["yardstick_drf"]["rps"], "req/s"),
+        Figure("YARDSTICK GET /admin/ (trivial view)", report["yardstick_django"]["rps"], "req/s"),
+        Figure("server CPU per trivial request", report["yardstick_django"]["cpu_ms"], "ms"),
+        Figure("CPU per answer + wake / trivial request's", cpu_ratio(report), "x", at_most(CPU_RATIO_TARGET)),
+    ]
+    if report.get("capacity"):
+        best = max((step["rate"] for step in report["capacity"] if step["held"]), default=0.0)
+        found += [Figure("CAPACITY (p99 < 100 ms, 0 lost)", best, "answers/s"),
+                  Figure("CAPACITY RATIO to the trivial view", capacity_ratio(report), "",
+                         at_least(CAPACITY_RATIO_TARGET))]
+    return found
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -749,16 +811,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", metavar="PREFIX", help="py-spy record the server per phase into PREFIX-<phase>.txt")
     parser.add_argument("--profile-gil", action="store_true", help="with --profile: sample only the GIL holder")
     parser.add_argument("--keep", action="store_true", help="keep the temp data dir and server log (debugging)")
+    add_rounds_argument(parser)
     args = parser.parse_args(argv)
     if not 1 <= args.waiters <= 20000 or args.rate <= 0 or not 1 <= args.wait_timeout <= 60:
         parser.error("--waiters 1..20000, --rate > 0, --wait-timeout 1..60")
     if not 0 <= args.capacity_steps <= 20 or args.capacity_start <= 0 or not 1 <= args.capacity_seconds <= 60:
         parser.error("--capacity-steps 0..20, --capacity-start > 0, --capacity-seconds 1..60")
+    check_rounds(parser, args.repeat)
 
     nofile = raise_nofile_limit()  # before the server starts: it inherits the limit
     needed = args.waiters + 200
     if nofile[0] < needed:
         say(f"warning: open-file limit {nofile[0]} < {needed}; sockets may run out")
+    run_rounds("askcards long-poll benchmark", args.repeat, lambda _: figures(one_round(args, nofile)),
+               note=f"{args.waiters} waiters, {args.rate:g} answers/s; targets of tests/bench/README.md (2000 "
+                    "waiters at 100 answers/s for the memory one)")
+    return 0
+
+
+def one_round(args: argparse.Namespace, nofile: tuple[int, int]) -> dict[str, Any]:
+    """A fresh data dir and server, the whole measurement, its report printed; the report."""
     port = args.port or free_port()
     base = f"http://{HOST}:{port}"
     data_dir = Path(tempfile.mkdtemp(prefix="askcards-bench-"))
@@ -792,7 +864,7 @@ def main(argv: list[str] | None = None) -> int:
         say(f"server pid {server.pid} on {base}")
         report = asyncio.run(asyncio.wait_for(bench(args, base, port, server, key, cookie), 600))
         print_report(args, report, nofile)
-        return 0
+        return report
     except BaseException:
         if log_path.exists():
             tail = log_path.read_bytes()[-4000:].decode(errors="replace")

@@ -41,7 +41,9 @@ Every step is bounded in time and count, every connection goes to 127.0.0.1:
    a missed one, the slowest SQL statement of one run of it on the seeded database, with its
    ``EXPLAIN (ANALYZE, BUFFERS)`` (``--explain all`` for every figure).
 
-Figures are printed, not asserted; see tests/bench/README.md.
+Figures are printed, not asserted; see tests/bench/README.md. ``--runs N`` does all of it N times
+(fresh databases, seeding and servers each run: ``--rounds`` is taken, by the alternating rounds of
+step 4) and ends with the min / median / max of every figure over the runs (tests/bench/common.py).
 """
 from __future__ import annotations
 
@@ -80,6 +82,7 @@ from tests.bench.bench_feishu_callback import (
     wait_until_serving,
 )
 from tests.bench.bench_longpoll import HOST, PYTHON, PROJECT_DIR, free_port, percentile, run_manage, say, setup_user
+from tests.bench.common import Figure, add_rounds_argument, at_most, check_rounds, run_rounds
 
 TARGET = 1.5  # seeded / empty
 AGENT = "bench"
@@ -470,15 +473,21 @@ def run_script(db: Db, script: str, params: dict[str, Any]) -> Any:
 # ----------------------------------------------------------------------------------------- report
 
 
-def ratio_line(label: str, empty: float, seeded: float, unit: str = "ms", target: bool = True) -> tuple[str, bool]:
+def ratio_line(label: str, empty: float, seeded: float, unit: str = "ms", target: bool = True,
+               measured: list[Figure] | None = None) -> tuple[str, bool]:
+    """The printed line of one figure (and, into ``measured``, its empty, seeded and ratio figures)."""
     ratio = seeded / empty if empty else float("inf")
     ok = ratio <= TARGET
     verdict = ("ok" if ok else "MISSED") if target else "yardstick"
+    if measured is not None:
+        measured += [Figure(f"{label}, empty", empty, unit), Figure(f"{label}, seeded", seeded, unit),
+                     Figure(f"{label}, seeded / empty", ratio, "x", at_most(TARGET) if target else None)]
     return f"  {label:<48} {empty:9.2f} / {seeded:9.2f} {unit} = {ratio:5.2f}x  [{verdict}]", ok
 
 
-def report(args: argparse.Namespace, dbs: list[Db], worker: dict[str, dict[str, Any]]) -> list[str]:
-    """Prints the figures; returns the figures that missed the target."""
+def report(args: argparse.Namespace, dbs: list[Db], worker: dict[str, dict[str, Any]],
+           measured: list[Figure]) -> list[str]:
+    """Prints the figures (and puts them into ``measured``); returns the figures that missed the target."""
     empty, seeded = dbs
     missed: list[str] = []
     say()
@@ -490,12 +499,14 @@ def report(args: argparse.Namespace, dbs: list[Db], worker: dict[str, dict[str, 
         a, b = sorted(empty.samples.get(figure, [])), sorted(seeded.samples.get(figure, []))
         if not a or not b:
             say(f"  {label:<48} no samples")
+            measured.append(Figure(f"{label} p50, seeded / empty", float("nan"), "x", at_most(TARGET)))
             missed.append(figure)
             continue
-        line, ok = ratio_line(f"{label} p50", percentile(a, 50), percentile(b, 50), target=figure != "healthz")
+        line, ok = ratio_line(f"{label} p50", percentile(a, 50), percentile(b, 50), target=figure != "healthz",
+                              measured=measured)
         say(line + f"   (p99 {percentile(a, 99):.1f} / {percentile(b, 99):.1f}, n={len(a)}/{len(b)})")
         if figure == "callback":
-            line99, ok99 = ratio_line(f"{label} p99", percentile(a, 99), percentile(b, 99))
+            line99, ok99 = ratio_line(f"{label} p99", percentile(a, 99), percentile(b, 99), measured=measured)
             say(line99)
             ok = ok and ok99
         if figure != "healthz" and not ok:
@@ -505,7 +516,7 @@ def report(args: argparse.Namespace, dbs: list[Db], worker: dict[str, dict[str, 
         per = figure in PER_ITEM
         value_a = statistics.median(a["ms"]) / max(1, a.get("count", 1)) if per else statistics.median(a["ms"])
         value_b = statistics.median(b["ms"]) / max(1, b.get("count", 1)) if per else statistics.median(b["ms"])
-        line, ok = ratio_line(label, value_a, value_b)
+        line, ok = ratio_line(label, value_a, value_b, measured=measured)
         extra = f"   ({a.get('count')} / {b.get('count')} items)" if per else f"   (median of {len(a['ms'])})"
         say(line + extra)
         if per:
@@ -552,7 +563,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the databases and data dirs")
     parser.add_argument("--try-sql", default="", help="SQL run on both databases after the seeding, before the "
                         "statistics are taken (e.g. a CREATE INDEX to try)")
+    add_rounds_argument(parser, "--runs")
     args = parser.parse_args(argv)
+    check_rounds(parser, args.repeat, "--runs")
     if args.quick:
         args.closed, args.pending, args.sessions = QUICK["closed"], QUICK["pending"], QUICK["sessions"]
     if args.callbacks + 1 > PER_CARD * 400:
@@ -563,7 +576,16 @@ def main(argv: list[str] | None = None) -> int:
     if why:
         say(f"cannot run: {why}")
         return 2
+    run_rounds("askcards scale benchmark (empty vs seeded database)", args.repeat, lambda _: one_run(args),
+               word="run", note=f"{args.closed:,} closed asks, {args.pending:,} pending, {args.sessions:,} sessions; "
+                                f"target: each figure seeded / empty <= {TARGET}x")
+    return 0
+
+
+def one_run(args: argparse.Namespace) -> list[Figure]:
+    """Fresh databases, seeding, servers and the whole measurement, printed; its figures."""
     args.load_start = os.getloadavg()[0]
+    measured: list[Figure] = []
     stem = f"askcards_scale_{secrets.token_hex(4)}"
     root = Path(tempfile.mkdtemp(prefix="askcards-bench-scale-"))
     dbs = [Db("empty", f"{stem}_empty", root / "empty"), Db("seeded", f"{stem}_seeded", root / "seeded")]
@@ -611,7 +633,7 @@ def main(argv: list[str] | None = None) -> int:
         for db in dbs:
             worker[db.label] = run_script(db, WORKER, {"reps": args.reps, "due": args.due,
                                                        "hot_prefix": f"feishu-{APP_ID}-private-ou_hot"})
-        missed = report(args, dbs, worker)
+        missed = report(args, dbs, worker, measured)
         named = {"missed": missed, "all": [*HTTP_FIGURES, *WORKER_FIGURES], "none": []}
         wanted = list(dict.fromkeys(figure for name in args.explain.split(",") for figure in named.get(name, [name])))
         explainable = [f for f in wanted if f in HTTP_FIGURES and f != "healthz" or f in WORKER_FIGURES]
@@ -640,7 +662,7 @@ def main(argv: list[str] | None = None) -> int:
                     say("the same as a prepared statement's generic plan (the server's pooled connections prepare "
                         "a statement after 5 runs; PostgreSQL may then plan it once for any values):")
                     say(found["generic"])
-        return 0
+        return measured
     except BaseException:
         for name, _, _ in procs.started:
             tail = procs.tail(name)

@@ -20,7 +20,11 @@ Feishu submits (``callbacks.feishu_handle``, ``--threads`` at once) and the card
 code as written and the code with the ``--orm`` statements written by the ORM (patched in; one
 name, e.g. ``--orm outbox-insert``, measures one statement end to end). Each statement's extra CPU
 is printed as a share of its path (on PostgreSQL also with the backends' CPU counted on both
-sides). The last line is the figures as JSON (for tests/bench/README.md).
+sides). Each run ends with its figures as one line of JSON (for tests/bench/README.md).
+
+``--runs N`` does all of it N times (a fresh process and database per target each run: ``--rounds``
+is taken, by the rounds inside one) and ends with the min / median / max of every figure over the
+runs (tests/bench/common.py).
 """
 from __future__ import annotations
 
@@ -40,6 +44,7 @@ from types import SimpleNamespace
 from typing import Any, Callable
 
 from tests.bench.bench_longpoll import PROJECT_DIR, PYTHON, say
+from tests.bench.common import Figure, add_rounds_argument, check_rounds, run_rounds
 
 PG_SERVER = "postgres://postgres@127.0.0.1:5432"
 PG_DATABASE = "askcards_bench_statements"
@@ -646,6 +651,29 @@ def report(target: str, figures: dict[str, Any]) -> None:
             )
 
 
+def figures_of(target: str, figures: dict[str, Any]) -> list[Figure]:
+    """One target's figures, for the summary over the runs: µs of CPU per call as written and by the
+    ORM, and each statement's share of its path; the whole paths' CPU both ways."""
+    found: list[Figure] = []
+    whole = figures.get("whole")
+    for name, variants in figures["statements"].items():
+        hand, orm = variants["hand"], variants["orm"]
+        found += [Figure(f"{target}: {name}: hand CPU", hand["cpu_us"], "µs"),
+                  Figure(f"{target}: {name}: ORM CPU", orm["cpu_us"], "µs")]
+        if whole and name in PER_SUBMIT:
+            path, per = PER_SUBMIT[name]
+            share = per * (orm["cpu_us"] - hand["cpu_us"]) / whole[path]["hand"]["cpu_us"]
+            found.append(Figure(f"{target}: {name}: ORM extra, share of a {path}", share * 100, "%"))
+    for path, variants in (whole or {}).items():
+        hand, orm = variants["hand"], variants["orm"]
+        found += [Figure(f"{target}: Feishu {path}: CPU as written", hand["cpu_us"], "µs"),
+                  Figure(f"{target}: Feishu {path}: CPU with the ORM", orm["cpu_us"], "µs"),
+                  Figure(f"{target}: Feishu {path}: wall as written", hand["wall_us"], "µs")]
+        if figures["vendor"] == "postgresql":
+            found.append(Figure(f"{target}: Feishu {path}: PostgreSQL CPU as written", hand["pg_cpu_us"], "µs"))
+    return found
+
+
 def run_target(target: str, args: argparse.Namespace, stub_base: str) -> dict[str, Any] | None:
     data_dir = Path(tempfile.mkdtemp(prefix=f"askcards-bench-statements-{target}-"))
     env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL", "DEBUG"}}
@@ -702,13 +730,22 @@ def main() -> None:
                         help=f"postgres: the database to create and drop, default {PG_DATABASE}")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--stub-base", default="", help=argparse.SUPPRESS)
+    add_rounds_argument(parser, "--runs")
     args = parser.parse_args()
+    check_rounds(parser, args.repeat, "--runs")
     if args.child:
         orm = set(filter(None, args.orm.split(",")))
         if orm - set(ORM_NAMES):
             parser.error(f"--orm takes names of {', '.join(ORM_NAMES)}")
         print(json.dumps(measure(args.calls, args.rounds, args.submits, args.stub_base, orm, args.threads, args.only)))
         return
+    run_rounds("askcards statements benchmark", args.repeat, lambda _: one_run(args), word="run",
+               note=f"{args.rounds} rounds of {args.calls} calls per statement and variant in each run, "
+                    f"{args.submits} Feishu submits")
+
+
+def one_run(args: argparse.Namespace) -> list[Figure]:
+    """A Feishu stand-in and every target in a process of its own, printed; the figures."""
     from tests.bench.bench_feishu_callback import read_stub_port
 
     say(f"load average at start: {os.getloadavg()}")
@@ -719,8 +756,11 @@ def main() -> None:
     finally:
         stub.terminate()
         stub.wait(timeout=15)
+        if stub.stdout is not None:
+            stub.stdout.close()
     say(f"load average at end: {os.getloadavg()}")
     say(json.dumps({target: figures for target, figures in results.items() if figures}))
+    return [figure for target, figures in results.items() if figures for figure in figures_of(target, figures)]
 
 
 if __name__ == "__main__":
