@@ -10,6 +10,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from . import crypto
+from .db.indexes import OpenAsksIndex
 
 
 def _public_id(prefix: str) -> str:
@@ -316,7 +317,7 @@ class Ask(models.Model):
     }
 
     id = models.CharField(primary_key=True, max_length=34, default=new_ask_id, editable=False)
-    # No single-column indexes: ask_agent_created_idx and ask_session_status_idx lead with these
+    # No single-column indexes: ask_agent_created_idx and ask_session_status_created_idx lead with these
     # (every index is one more write on each answer's UPDATE).
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="asks", db_index=False)
     session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="asks", db_index=False)
@@ -391,13 +392,18 @@ class Ask(models.Model):
             ),
         ]
         indexes = [
-            # Worker deadline sweep: open asks whose deadline has passed.
-            models.Index(fields=["deadline"], name="ask_open_deadline_idx", condition=Q(status__in=["reserved", "pending"])),
+            # Worker deadline sweep: open asks whose deadline has passed (on SQLite (status,
+            # deadline) over every ask: OpenAsksIndex says why).
+            OpenAsksIndex(fields=["deadline"], name="ask_open_deadline_idx",
+                          condition=Q(status__in=["reserved", "pending"])),
             # Worker sweep: open host prompts whose waiter stopped refreshing.
-            models.Index(fields=["waiter_until"], name="ask_open_waiter_idx",
-                         condition=Q(status__in=["reserved", "pending"], waiter_until__isnull=False)),
-            # Session-scoped reads: pending asks of a session (cards, recover, messages, supersede).
-            models.Index(fields=["session", "status"], name="ask_session_status_idx"),
+            OpenAsksIndex(fields=["waiter_until"], name="ask_open_waiter_idx",
+                          condition=Q(status__in=["reserved", "pending"], waiter_until__isnull=False)),
+            # Session-scoped reads: a session's asks of a status in registration order (the card's
+            # forms on every click and card push, recover, messages, supersede), in index order.
+            # Without created_at and id, SQLite (no statistics) took ask_status_created_idx for
+            # these (it spares part of the sort) and read every session's pending asks, twice a click.
+            models.Index(fields=["session", "status", "created_at", "id"], name="ask_session_status_created_idx"),
             # Agent's ask list, newest first.
             models.Index(fields=["agent", "-created_at"], name="ask_agent_created_idx"),
             # Agent's ask list filtered by status (GET /asks?status=), newest first: the page's ids

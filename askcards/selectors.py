@@ -186,7 +186,7 @@ def ask_page(*, agent: Agent, session: Session | None = None, status: str | None
     a status with none (and the plan it keeps for a prepared statement did that for every status);
     tests/scale/test_api_lists_at_size.py."""
     asks = ask_list(agent=agent, session=session, status=status)
-    if not status or session is not None:  # a session's asks: ask_session_status_idx, few rows
+    if not status or session is not None:  # a session's asks: ask_session_status_created_idx, few rows
         return list(asks[:limit])
     newest = Ask.objects.filter(agent=agent, status=status).order_by("-created_at", "-id")
     ids = list(newest.values_list("id", flat=True)[:limit])
