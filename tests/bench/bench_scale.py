@@ -58,6 +58,7 @@ import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, field
+from django.contrib.admin.utils import quote as admin_quote
 from pathlib import Path
 from typing import Any
 
@@ -388,7 +389,7 @@ def http_spec(db: Db, figure: str, index: int) -> dict[str, Any]:
     if figure == "admin_list":
         return {"kind": "get", "path": "/admin/askcards/ask/"}
     if figure == "admin_detail":
-        return {"kind": "get", "path": f"/admin/askcards/ask/{db.detail_ask}/change/"}
+        return {"kind": "get", "path": f"/admin/askcards/ask/{admin_quote(db.detail_ask)}/change/"}
     raise ValueError(figure)
 
 

@@ -9,6 +9,7 @@ its question, and the dashboard draws its charts. A screenshot of the dashboard 
 from __future__ import annotations
 
 import pytest
+from django.contrib.admin.utils import quote
 from playwright.sync_api import expect
 
 from tests import serving
@@ -166,7 +167,8 @@ def test_operator_reads_asks_and_the_dashboard_in_the_browser(service, operator_
     # checks wait (up to UI_TIMEOUT_MS) rather than look once: under a loaded machine this step
     # failed now and then, seen as the text missing or the page at /admin/; a wrong page now
     # fails with the address it reached and its messages.
-    ask_page = f"{base}/admin/askcards/ask/{seed['ask']}/change/"
+    # Admin URLs carry the key quoted (an id like q_24… would otherwise read as q$…).
+    ask_page = f"{base}/admin/askcards/ask/{quote(seed['ask'])}/change/"
     page.goto(ask_page)
     messages = page.locator("ul.messagelist").all_inner_texts()
     expect(page, f"the ask's page ended at another address; messages: {messages}").to_have_url(ask_page)

@@ -16,6 +16,7 @@ import json
 
 import pytest
 from channels.db import database_sync_to_async
+from django.contrib.admin.utils import quote
 from django.db import connections
 from django.urls import reverse
 from rest_framework.test import APIClient
@@ -136,7 +137,7 @@ def test_a_long_text_area_answer_is_accepted_and_reaches_the_agent_whole(
     closed = next(event for event in events if event["type"] == "ask.closed")
     assert f"  - 说明: {LONG}\n" in closed["data"]["ask"]["result"]["message"]
     # The operator sees it whole too.
-    page = admin_client.get(reverse("admin:askcards_ask_change", args=[ask.pk]))
+    page = admin_client.get(reverse("admin:askcards_ask_change", args=[quote(ask.pk)]))
     assert page.status_code == 200, (page.status_code, page.get("Location"))
     assert LONG in page.content.decode()
     # The card update everyone else sees: each value within DingTalk's budget, the cut marked.
