@@ -10,8 +10,11 @@ calls it, and ``manage.py serve``, ``runserver`` and the ``daphne`` command all 
 before they serve (daphne builds each connection through its ``HTTPFactory.protocol`` and each
 request from the module attribute ``daphne.http_protocol.WebRequest``).
 
-- Time: a connection must start a request within ``ASKCARDS_HEADER_TIMEOUT`` of opening or of its
-  previous response (an idle keep-alive connection is then closed quietly), finish the headers
+- Time: a connection must start a request within ``ASKCARDS_HEADER_TIMEOUT`` of opening, or within
+  ``ASKCARDS_KEEPALIVE_TIMEOUT`` of its previous response (an idle connection is then closed
+  quietly; the keep-alive bound outlasts the idle pools of common clients and proxies, which must
+  be the side that closes an idle connection: a server closing one as the client reuses it fails
+  that client's request, a POST for good), finish the headers
   within ``ASKCARDS_HEADER_TIMEOUT`` of the request's first byte, and the body within
   ``ASKCARDS_BODY_TIMEOUT`` of the headers; otherwise it gets a 408 and is closed. Once a request
   is handed to the application (a parked long-poll, an MCP stream, an upgraded WebSocket) these
@@ -241,7 +244,7 @@ class GuardedChannel(http.HTTPChannel):
             # Set before Twisted replays pipelined data, which may start the next request at once.
             self._count()
             self.small_reads()  # the next request carries its own key
-            self._expect("idle", settings.ASKCARDS_HEADER_TIMEOUT)
+            self._expect("idle", settings.ASKCARDS_KEEPALIVE_TIMEOUT)
         super().requestDone(request)
 
     def connectionLost(self, reason):

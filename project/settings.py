@@ -381,10 +381,15 @@ ASKCARDS_DINGTALK_CALLBACK_SKEW_SECONDS = envint(
 
 
 # The server's edge (askcards/serverguard.py). A connection has ASKCARDS_HEADER_TIMEOUT seconds
-# from opening (or from its previous response) to start a request and as long again from the
-# request's first byte to finish its headers, then ASKCARDS_BODY_TIMEOUT seconds for the body
-# (408 and closed otherwise); a request handed to the application is no longer timed here.
+# from opening (ASKCARDS_KEEPALIVE_TIMEOUT from its previous response) to start a request and
+# ASKCARDS_HEADER_TIMEOUT from the request's first byte to finish its headers, then
+# ASKCARDS_BODY_TIMEOUT seconds for the body (408 and closed otherwise); a request handed to the
+# application is no longer timed here. The keep-alive bound is longer than the idle pools of
+# common clients (aiohttp 15 s, httpx 5 s, Node 5 s) and nginx's upstream keepalive_timeout
+# (60 s), so that they, not the server, close an idle connection: otherwise a request sent on a
+# connection the server is closing fails (aiohttp's "Server disconnected", nginx's 502).
 ASKCARDS_HEADER_TIMEOUT = envint("ASKCARDS_HEADER_TIMEOUT", 10, minimum=1, maximum=3600)
+ASKCARDS_KEEPALIVE_TIMEOUT = envint("ASKCARDS_KEEPALIVE_TIMEOUT", 75, minimum=1, maximum=3600)
 ASKCARDS_BODY_TIMEOUT = envint("ASKCARDS_BODY_TIMEOUT", 30, minimum=1, maximum=3600)
 # Connections one peer address may hold that are not inside a request (opening, sending a
 # request, idle between requests); 0 = no cap (behind a reverse proxy every peer is the proxy).

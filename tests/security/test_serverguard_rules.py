@@ -75,6 +75,7 @@ def test_the_answers_are_whole_http_responses_in_the_api_error_shape():
 @pytest.mark.parametrize("name, value, says", [
     ("ASKCARDS_HEADER_TIMEOUT", "0", "ASKCARDS_HEADER_TIMEOUT must be >= 1, got 0"),
     ("ASKCARDS_BODY_TIMEOUT", "soon", "ASKCARDS_BODY_TIMEOUT must be an integer, got 'soon'"),
+    ("ASKCARDS_KEEPALIVE_TIMEOUT", "3601", "ASKCARDS_KEEPALIVE_TIMEOUT must be <= 3600, got 3601"),
     ("ASKCARDS_PEER_CONNECTIONS", "-1", "ASKCARDS_PEER_CONNECTIONS must be >= 0, got -1"),
     ("ASKCARDS_PRE_AUTH_BODY_BYTES", "9999999", "ASKCARDS_PRE_AUTH_BODY_BYTES must be <= 1048576, got 9999999"),
 ])
