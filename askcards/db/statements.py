@@ -184,29 +184,68 @@ def _clicked_ask_sql(alias: str) -> str:
 
 # What a card's forms need of each pending ask (surfaces.feishu.surface.render).
 FORM_FIELDS = ("id", "session_id", "questions", "sender_id", "surfaces")
+# What a card's withdrawn lines need of each withdrawn ask (surfaces.feishu.surface.withdrawn_asks).
+WITHDRAWN_FIELDS = (*FORM_FIELDS, "reason", "closed_at")
 
 
-def pending_asks_of_session(session_id: str, limit: int) -> list[Any]:
-    """The session's first ``limit`` pending asks in registration order (created_at, id), with
-    only ``FORM_FIELDS`` loaded."""
+def card_asks(session_ids: list[str], *, pending: int, withdrawn_reasons: tuple[str, ...],
+              withdrawn: int) -> dict[str, tuple[list[Any], list[Any]]]:
+    """What a progress card of each of these sessions shows, in one statement: the session's first
+    ``pending`` pending asks in registration order (created_at, id; ``FORM_FIELDS`` loaded), and
+    its latest ``withdrawn`` asks cancelled for one of ``withdrawn_reasons`` after being shown
+    (activated), newest closed first (``WITHDRAWN_FIELDS`` loaded). Sessions with neither are
+    left out.
+
+    Every click's response card and every card push reads both. They were a statement each, the
+    withdrawn asks an ORM query per render (since 2723c42): on PostgreSQL about a quarter of a
+    submit's and of a push's time in process (cProfile), and the bulk of what bench_feishu_callback
+    saw grow per submit (server +35 %, worker +55 % CPU). sync_due reads them once per batch."""
     from askcards.models import Ask
 
+    if not session_ids:
+        return {}
     connection = _connection_for(Ask)
+    sessions = list(dict.fromkeys(session_ids))
+    params: list[Any] = [Ask.Status.PENDING, *sessions, pending]
+    params += [Ask.Status.CANCELLED, *sessions, *withdrawn_reasons, withdrawn]
     with connection.cursor() as cursor:
-        cursor.execute(_pending_sql(connection.alias), [Ask.Status.PENDING, session_id, limit])
+        cursor.execute(_card_asks_sql(connection.alias, len(sessions), len(withdrawn_reasons)), params)
         rows = cursor.fetchall()
-    return [_instance(Ask, connection, FORM_FIELDS, row) for row in rows]
+    found: dict[str, tuple[list[Any], list[Any]]] = {}
+    width = len(WITHDRAWN_FIELDS)
+    for row in rows:  # ordered by kind, session, then each kind's order
+        kind, values = row[width], row[:width]
+        shown = found.setdefault(values[1], ([], []))
+        if kind == 0:
+            shown[0].append(_instance(Ask, connection, FORM_FIELDS, values[:len(FORM_FIELDS)]))
+        else:
+            shown[1].append(_instance(Ask, connection, WITHDRAWN_FIELDS, values))
+    return found
 
 
 @functools.lru_cache(maxsize=None)
-def _pending_sql(alias: str) -> str:
+def _card_asks_sql(alias: str, sessions: int, reasons: int) -> str:
+    """Both kinds of row carry ``WITHDRAWN_FIELDS``' columns (``FORM_FIELDS`` first, then reason
+    and closed_at), the kind (0 pending, 1 withdrawn) and the rank within the session. Each arm
+    reads the session's rows of one status (ask_session_status_created_idx)."""
     from askcards.models import Ask
 
     connection = connections[alias]
     q = functools.partial(quote, connection)
+    pending_columns = [q(column(concrete_field(Ask, name))) for name in FORM_FIELDS]
+    extra = [q(column(concrete_field(Ask, name))) for name in WITHDRAWN_FIELDS[len(FORM_FIELDS):]]
+    table, in_sessions = q(Ask._meta.db_table), ", ".join(["%s"] * sessions)
+    select = ", ".join(pending_columns + extra)
     return (
-        f"SELECT {', '.join(q(column(concrete_field(Ask, name))) for name in FORM_FIELDS)} FROM {q(Ask._meta.db_table)} "
-        f"WHERE {q('status')} = %s AND {q('session_id')} = %s ORDER BY {q('created_at')}, {q('id')} LIMIT %s"
+        f"SELECT {select}, 0 AS kind, n FROM (SELECT {select}, ROW_NUMBER() OVER (PARTITION BY {q('session_id')} "
+        f"ORDER BY {q('created_at')}, {q('id')}) AS n FROM {table} "
+        f"WHERE {q('status')} = %s AND {q('session_id')} IN ({in_sessions})) pending WHERE n <= %s "
+        f"UNION ALL "
+        f"SELECT {select}, 1 AS kind, n FROM (SELECT {select}, ROW_NUMBER() OVER (PARTITION BY {q('session_id')} "
+        f"ORDER BY {q('closed_at')} DESC, {q('id')} DESC) AS n FROM {table} "
+        f"WHERE {q('status')} = %s AND {q('session_id')} IN ({in_sessions}) "
+        f"AND {q('reason')} IN ({', '.join(['%s'] * reasons)}) AND {q('activated_at')} IS NOT NULL) withdrawn "
+        f"WHERE n <= %s ORDER BY 8, 2, 9"
     )
 
 

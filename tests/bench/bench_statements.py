@@ -70,6 +70,7 @@ def pairs(calls: int) -> list[tuple[str, Callable[[str], Callable[[int], Any]], 
     from askcards.db import statements
     from askcards.models import Agent, Ask, AskEvent, CardMessage, ProgressCard, Respondent
     from askcards.surfaces import sync
+    from askcards.surfaces.feishu.cards import WITHDRAWN_SHOWN, WITHDRAWN_TEXT
     from askcards.surfaces.feishu.surface import MAX_FORMS
     from tests.bench.bench_feishu_callback import QUESTIONS
 
@@ -215,14 +216,16 @@ def pairs(calls: int) -> list[tuple[str, Callable[[str], Callable[[int], Any]], 
         return call
 
     # FeishuSurface.render's forms (the card rendered into a submit's response).
+    shown = {"pending": MAX_FORMS + 1, "withdrawn_reasons": tuple(WITHDRAWN_TEXT), "withdrawn": WITHDRAWN_SHOWN * 3}
+
     def pending_hand(_label):
         def call(i):
-            assert len(statements.pending_asks_of_session(clicked_session.pk, MAX_FORMS + 1)) == 2
+            assert len(statements.card_asks([clicked_session.pk], **shown)[clicked_session.pk][0]) == 2
         return call
 
     def pending_orm(_label):
         def call(i):
-            assert len(_orm_pending_asks_of_session(clicked_session.pk, MAX_FORMS + 1)) == 2
+            assert len(_orm_card_asks([clicked_session.pk], **shown)[clicked_session.pk][0]) == 2
         return call
 
     def yardstick(_label):
@@ -238,7 +241,7 @@ def pairs(calls: int) -> list[tuple[str, Callable[[str], Callable[[int], Any]], 
         ("callback receipt: insert or not", receipt_hand, receipt_orm, nothing),
         ("ask close: ask, respondent, audit row", close_hand, close_orm, reopen),
         ("clicked ask: ask + session + card", clicked_hand, clicked_orm, nothing),
-        ("pending forms of the clicked card", pending_hand, pending_orm, nothing),
+        ("card asks: pending + withdrawn", pending_hand, pending_orm, nothing),
     ]
 
 
@@ -374,14 +377,27 @@ def _orm_clicked_ask(*, ask_id: str, bot_id: int, platform: str, message_id: str
     return ask, card
 
 
-def _orm_pending_asks_of_session(session_id: str, limit: int) -> list[Any]:
-    """FeishuSurface.render's forms before 23333c0: surface.pending_asks() for the session."""
+def _orm_card_asks(session_ids: list[str], *, pending: int, withdrawn_reasons: tuple[str, ...],
+                   withdrawn: int) -> dict[str, tuple[list[Any], list[Any]]]:
+    """What a card shows of its session's asks before this statement, for one session as a
+    submit's response card reads it: surface.pending_asks() for the session, then the withdrawn
+    asks (surface.withdrawn_asks' ORM query, less its closed_at bound)."""
     from askcards.models import Ask
 
-    return list(
-        Ask.objects.filter(status=Ask.Status.PENDING).order_by("created_at", "id")
-        .only("id", "session_id", "questions", "sender_id", "surfaces").filter(session_id=session_id)[:limit]
-    )
+    found = {}
+    for session_id in session_ids:
+        rows = list(
+            Ask.objects.filter(status=Ask.Status.PENDING).order_by("created_at", "id")
+            .only("id", "session_id", "questions", "sender_id", "surfaces").filter(session_id=session_id)[:pending]
+        )
+        gone = list(
+            Ask.objects.filter(session_id=session_id, status=Ask.Status.CANCELLED, reason__in=list(withdrawn_reasons),
+                               activated_at__isnull=False)
+            .order_by("-closed_at", "-id").only("id", "questions", "reason", "surfaces", "closed_at")[:withdrawn]
+        )
+        if rows or gone:
+            found[session_id] = (rows, gone)
+    return found
 
 
 def _split_outbox_event_insert(*, agent_id: int, **values) -> None:
@@ -413,7 +429,7 @@ def orm_patches(names: set[str]) -> list[tuple[Any, str, Any]]:
             ("receipt", "callback_receipt_insert", _orm_callback_receipt_insert),
             ("close", "ask_close", _orm_ask_close),
             ("clicked", "clicked_ask", _orm_clicked_ask),
-            ("pending", "pending_asks_of_session", _orm_pending_asks_of_session),
+            ("pending", "card_asks", _orm_card_asks),
         )
         if key in names
     }
@@ -609,7 +625,7 @@ PER_SUBMIT = {
     "callback receipt: insert or not": ("submit", 1),
     "ask close: ask, respondent, audit row": ("submit", 1),
     "clicked ask: ask + session + card": ("submit", 1),
-    "pending forms of the clicked card": ("submit", 1),
+    "card asks: pending + withdrawn": ("submit", 1),
 }
 
 

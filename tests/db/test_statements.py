@@ -251,12 +251,41 @@ def test_clicked_ask_without_the_card_or_of_another_bot(feishu_ask, feishu_sessi
         None, None)
 
 
-def test_pending_asks_of_session_in_registration_order_with_the_form_fields_only(feishu_ask, feishu_session):
+def card_asks(session_ids, pending=5, withdrawn=5):
+    return statements.card_asks(session_ids, pending=pending, withdrawn_reasons=("host_gone", "caller_gone"),
+                                withdrawn=withdrawn)
+
+
+def test_card_asks_reads_the_pending_asks_in_registration_order_with_the_form_fields_only(feishu_ask, feishu_session):
     later = new_ask(feishu_session, questions=[{"question": "二"}])
     new_ask(feishu_session, status="answered", reason="submitted", closed_at=timezone.now(), questions=[])
-    rows = statements.pending_asks_of_session(feishu_session.pk, 5)
-    assert [row.pk for row in rows] == [feishu_ask.pk, later.pk]
+    rows, withdrawn = card_asks([feishu_session.pk])[feishu_session.pk]
+    assert [row.pk for row in rows] == [feishu_ask.pk, later.pk] and withdrawn == []
     assert rows[1].questions == [{"question": "二"}] and rows[1].surfaces == ["feishu"]
     assert rows[0].get_deferred_fields() == {f.attname for f in Ask._meta.concrete_fields} - {
         "id", "session_id", "questions", "sender_id", "surfaces"}
-    assert [row.pk for row in statements.pending_asks_of_session(feishu_session.pk, 1)] == [feishu_ask.pk]
+    assert [row.pk for row in card_asks([feishu_session.pk], pending=1)[feishu_session.pk][0]] == [feishu_ask.pk]
+
+
+def test_card_asks_reads_the_asks_withdrawn_after_being_shown_newest_first_per_session(agent, feishu_ask, feishu_session):
+    now = timezone.now()
+    other, _ = services.session_upsert(agent=agent, key="feishu-cli_statements-private-ou_bob", bot=feishu_session.bot)
+
+    def withdrawn(session, minutes, **fields):
+        values = {"status": "cancelled", "reason": "host_gone", "activated_at": now - timedelta(hours=1),
+                  "closed_at": now - timedelta(minutes=minutes), "questions": [{"header": f"q{minutes}"}], **fields}
+        return new_ask(session, **values)
+
+    old, new = withdrawn(feishu_session, 30), withdrawn(feishu_session, 5, reason="caller_gone")
+    newest = withdrawn(feishu_session, 1)
+    withdrawn(feishu_session, 2, activated_at=None)  # never shown
+    withdrawn(feishu_session, 3, reason="by_agent")  # cancelled by the agent, not withdrawn
+    theirs = withdrawn(other, 4)
+    found = card_asks([feishu_session.pk, other.pk, feishu_session.pk], withdrawn=3)
+    pending, rows = found[feishu_session.pk]
+    assert [row.pk for row in pending] == [feishu_ask.pk]
+    assert [row.pk for row in rows] == [newest.pk, new.pk, old.pk]
+    assert (rows[1].reason, rows[1].closed_at, rows[1].questions) == ("caller_gone", new.closed_at, [{"header": "q5"}])
+    assert found[other.pk] == ([], [theirs])
+    assert [row.pk for row in card_asks([feishu_session.pk], withdrawn=2)[feishu_session.pk][1]] == [newest.pk, new.pk]
+    assert card_asks([]) == {}

@@ -19,10 +19,11 @@ worker's card-sync lane then sends or PATCHes the card, rendered from the latest
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from datetime import datetime
 
 from django.conf import settings
-from django.db.models import Prefetch, QuerySet
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from askcards import selectors
@@ -76,13 +77,16 @@ def pending_asks() -> QuerySet[Ask]:
     return Ask.objects.filter(status=Ask.Status.PENDING).order_by("created_at", "id").only(*statements.FORM_FIELDS)
 
 
-def render(card: ProgressCard, pending: list[Ask] | None = None) -> RenderedCard:
-    """The card as it must look now: forms for the session's pending Feishu asks while live.
-    ``pending``: the session's first ``pending_asks()``, when the caller loaded them already."""
+def render(card: ProgressCard, shown: CardAsks | None = None) -> RenderedCard:
+    """The card as it must look now: forms for the session's pending Feishu asks while live, and
+    the run's withdrawn asks. ``shown``: the session's ``card_asks``, when the caller read them
+    already (sync_due, for its whole batch)."""
     session = card.session
+    if shown is None:
+        shown = card_asks([session.id]).get(session.id, NOTHING_SHOWN)
     asks, more = [], 0
     if card.is_live:
-        rows = pending if pending is not None else statements.pending_asks_of_session(session.id, MAX_FORMS + 1)
+        rows = shown.pending
         if len(rows) > MAX_FORMS:  # more than could ever fit: count the rest instead of loading it
             more = pending_asks().filter(session=session).count() - MAX_FORMS
             rows = rows[:MAX_FORMS]
@@ -97,22 +101,37 @@ def render(card: ProgressCard, pending: list[Ask] | None = None) -> RenderedCard
         panel_url=panel_url() if session.web_user else "",
         asks=asks,
         more_asks=more,
-        withdrawn=withdrawn_asks(card),
+        withdrawn=withdrawn_asks(card, shown.withdrawn),
     )
     return render_progress_card(view)
 
 
-def withdrawn_asks(card: ProgressCard) -> list[WithdrawnAsk]:
+@dataclass(frozen=True)
+class CardAsks:
+    """What a session's progress card shows of its asks (``card_asks``)."""
+
+    pending: list[Ask]  # the first MAX_FORMS + 1 pending, in registration order
+    withdrawn: list[Ask]  # the latest WITHDRAWN_SHOWN * 3 withdrawn after being shown, newest first
+
+
+NOTHING_SHOWN = CardAsks(pending=[], withdrawn=[])
+
+
+def card_asks(session_ids: list[str]) -> dict[str, CardAsks]:
+    """The sessions' asks their cards show, in one statement (``db.statements.card_asks``); a
+    session with none is left out."""
+    found = statements.card_asks(session_ids, pending=MAX_FORMS + 1, withdrawn_reasons=tuple(WITHDRAWN_TEXT),
+                                 withdrawn=WITHDRAWN_SHOWN * 3)
+    return {session_id: CardAsks(pending, withdrawn) for session_id, (pending, withdrawn) in found.items()}
+
+
+def withdrawn_asks(card: ProgressCard, rows: list[Ask]) -> list[WithdrawnAsk]:
     """The run's latest asks withdrawn from this card because nobody waits for them any more
     (``WITHDRAWN_TEXT``'s reasons), newest first: each was shown here (activated, a Feishu ask)
-    and ended since the run's card was made."""
-    rows = (
-        Ask.objects.filter(session_id=card.session_id, status=Ask.Status.CANCELLED, reason__in=list(WITHDRAWN_TEXT),
-                           closed_at__gte=card.created_at, activated_at__isnull=False)
-        .order_by("-closed_at", "-id")
-        .only("id", "questions", "reason", "surfaces")[: WITHDRAWN_SHOWN * 3]
-    )
-    withdrawn = [WithdrawnAsk(id=ask.id, what=_header(ask), reason=ask.reason) for ask in rows if NAME in ask.surfaces]
+    and ended since the run's card was made. ``rows``: the session's latest withdrawn asks
+    (``card_asks``), newest first; those that ended since the card was made lead them."""
+    withdrawn = [WithdrawnAsk(id=ask.id, what=_header(ask), reason=ask.reason) for ask in rows
+                 if ask.closed_at is not None and ask.closed_at >= card.created_at and NAME in ask.surfaces]
     return withdrawn[:WITHDRAWN_SHOWN]
 
 
@@ -151,22 +170,21 @@ class FeishuSurface(Surface):
 
     def sync_due(self, now: datetime, report: SyncReport) -> int:
         due = sync.due_card_messages(now, platform=Bot.Platform.FEISHU, limit=BATCH, progress_card__isnull=False)
-        # The batch's rows and their sessions' pending asks in two queries, not one per card.
-        # Read before each message's claim: if anything changed since, its version changed
-        # too, and the card is pushed once more.
-        rows = (
-            CardMessage.objects.select_related("bot", "progress_card__session")
-            .prefetch_related(
-                Prefetch("progress_card__session__asks", queryset=pending_asks()[:MAX_FORMS + 1], to_attr="pending")
-            )
-            .in_bulk(due)
+        # The batch's rows and what their cards show of their sessions' asks in two statements,
+        # not one per card. Read before each message's claim: if anything changed since, its
+        # version changed too, and the card is pushed once more.
+        rows = CardMessage.objects.select_related("bot", "progress_card__session").in_bulk(due)
+        shown = card_asks([message.progress_card.session_id for message in rows.values()])
+        return sum(
+            sync_message(rows[pk], report, now=now, shown=shown.get(rows[pk].progress_card.session_id, NOTHING_SHOWN))
+            for pk in due if pk in rows
         )
-        return sum(sync_message(rows[pk], report, now=now) for pk in due if pk in rows)
 
 
-def sync_message(message: CardMessage, report: SyncReport, *, now: datetime | None = None) -> bool:
-    """Push one card message (read with its bot, card and session, and the session's
-    ``pending`` asks) if it is still due and no other worker holds it; True if this call pushed.
+def sync_message(message: CardMessage, report: SyncReport, *, now: datetime | None = None,
+                 shown: CardAsks | None = None) -> bool:
+    """Push one card message (read with its bot, card and session; ``shown``: what the card shows
+    of the session's asks, read with it, else read here) if it is still due and no other worker holds it; True if this call pushed.
     A card whose first send failed for good goes into ``report``."""
     now = now or timezone.now()
     # The claim also checks the message id read with the row: had another worker sent the card
@@ -183,8 +201,7 @@ def sync_message(message: CardMessage, report: SyncReport, *, now: datetime | No
         sync.card_push_failed(message, error, version=version, started=timezone.now(), gave_up=True)
         report.unsent_progress_cards.append((card.pk, error))
         return True
-    # The session's pending asks, as sync_due's Prefetch(to_attr=) attached them.
-    rendered = render(card, card.session.pending)  # type: ignore[attr-defined]
+    rendered = render(card, shown)
     started = timezone.now()
     try:
         message_id = _push(message, card, rendered)
