@@ -174,10 +174,12 @@ class FeishuSurface(Surface):
         # not one per card. Read before each message's claim: if anything changed since, its
         # version changed too, and the card is pushed once more.
         rows = CardMessage.objects.select_related("bot", "progress_card__session").in_bulk(due)
-        shown = card_asks([message.progress_card.session_id for message in rows.values()])
+        # Every row has a progress card (the filter above); the session id is read through it.
+        session_of = {pk: message.progress_card.session_id for pk, message in rows.items() if message.progress_card}
+        shown = card_asks(list(session_of.values()))
         return sum(
-            sync_message(rows[pk], report, now=now, shown=shown.get(rows[pk].progress_card.session_id, NOTHING_SHOWN))
-            for pk in due if pk in rows
+            sync_message(rows[pk], report, now=now, shown=shown.get(session_of[pk], NOTHING_SHOWN))
+            for pk in due if pk in session_of
         )
 
 
