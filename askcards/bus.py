@@ -40,6 +40,7 @@ import redis.asyncio
 from redis.asyncio.connection import ConnectionPool
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.retry import Retry as SyncRetry
 
 from askcards import hub as hubs
 
@@ -50,6 +51,9 @@ CONFIRM_SECONDS = 2.0  # at most this long a join waits for Redis to confirm its
 SUBSCRIBE_CHUNK = 500  # keys per SUBSCRIBE when (re)subscribing to all of them
 PUBLISH_BATCH = 500  # publishes per pipeline
 REDIS_TIMEOUTS = {"socket_connect_timeout": 1.0, "socket_timeout": 1.0}
+# A publish is tried again once on a new connection: after Redis restarted, the first publish
+# meets the pool's dead connection, and that wake must not be lost for it.
+PUBLISH_RETRY = Retry(NoBackoff(), 1)
 
 
 def channel_prefix(url: str) -> str:
@@ -274,7 +278,7 @@ class RedisBus:
         self._publishes.put_nowait(encoded)
 
     async def _publisher(self, queue: asyncio.Queue[list[tuple[str, bytes]]]) -> None:
-        client = redis.asyncio.Redis.from_url(self.url, retry=Retry(NoBackoff(), 0), **REDIS_TIMEOUTS)
+        client = redis.asyncio.Redis.from_url(self.url, retry=PUBLISH_RETRY, **REDIS_TIMEOUTS)
         try:
             while True:
                 batch = await queue.get()
@@ -296,7 +300,7 @@ class RedisBus:
     def _publish_now(self, encoded: list[tuple[str, bytes]]) -> None:
         """From code with no event loop: sent before returning (one pipeline)."""
         if self._sync_client is None:
-            self._sync_client = redis.Redis.from_url(self.url, **REDIS_TIMEOUTS)
+            self._sync_client = redis.Redis.from_url(self.url, retry=SyncRetry(NoBackoff(), 1), **REDIS_TIMEOUTS)
         try:
             pipe = self._sync_client.pipeline(transaction=False)
             for channel, data in encoded:

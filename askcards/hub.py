@@ -33,7 +33,9 @@ INBOX_LIMIT = 1000
 
 
 class Member(Protocol):
-    loop: asyncio.AbstractEventLoop | None  # None: delivered to in whichever thread publishes
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        """The loop ``deliver`` runs on; None: in whichever thread publishes."""
 
     def deliver(self, message: dict[str, Any]) -> None:
         """Take ``message``; called on ``loop``, never raises."""
