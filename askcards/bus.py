@@ -50,7 +50,7 @@ HEALTH_SECONDS = 5.0  # a silent connection is pinged after this; lost when a se
 CONFIRM_SECONDS = 2.0  # at most this long a join waits for Redis to confirm its subscription
 SUBSCRIBE_CHUNK = 500  # keys per SUBSCRIBE when (re)subscribing to all of them
 PUBLISH_BATCH = 500  # publishes per pipeline
-REDIS_TIMEOUTS = {"socket_connect_timeout": 1.0, "socket_timeout": 1.0}
+CONNECT_TIMEOUT = SOCKET_TIMEOUT = 1.0  # seconds, as the cache's (settings.REDIS_CACHE_OPTIONS)
 # A publish is tried again once on a new connection: after Redis restarted, the first publish
 # meets the pool's dead connection, and that wake must not be lost for it.
 PUBLISH_RETRY = Retry(NoBackoff(), 1)
@@ -169,7 +169,7 @@ class RedisBus:
 
     def _connection(self) -> Any:
         pool = ConnectionPool.from_url(self.url, retry=Retry(NoBackoff(), 0), client_name=f"askcards-bus-{os.getpid()}",
-                                       socket_connect_timeout=REDIS_TIMEOUTS["socket_connect_timeout"])
+                                       socket_connect_timeout=CONNECT_TIMEOUT)
         return pool.make_connection()
 
     async def _session(self) -> None:
@@ -179,7 +179,8 @@ class RedisBus:
         take: asyncio.Future[tuple[Any, ...]] | None = None
         try:
             await conn.connect()
-            self._commands = commands = asyncio.Queue()
+            commands: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
+            self._commands = commands
             channels = [self.control, *map(self.channel, self.hub.keys())]
             for start in range(0, len(channels), SUBSCRIBE_CHUNK):
                 commands.put_nowait(("SUBSCRIBE", *channels[start:start + SUBSCRIBE_CHUNK]))
@@ -278,7 +279,8 @@ class RedisBus:
         self._publishes.put_nowait(encoded)
 
     async def _publisher(self, queue: asyncio.Queue[list[tuple[str, bytes]]]) -> None:
-        client = redis.asyncio.Redis.from_url(self.url, retry=PUBLISH_RETRY, **REDIS_TIMEOUTS)
+        client = redis.asyncio.Redis.from_url(self.url, retry=PUBLISH_RETRY, socket_connect_timeout=CONNECT_TIMEOUT,
+                                              socket_timeout=SOCKET_TIMEOUT)
         try:
             while True:
                 batch = await queue.get()
@@ -300,7 +302,8 @@ class RedisBus:
     def _publish_now(self, encoded: list[tuple[str, bytes]]) -> None:
         """From code with no event loop: sent before returning (one pipeline)."""
         if self._sync_client is None:
-            self._sync_client = redis.Redis.from_url(self.url, retry=SyncRetry(NoBackoff(), 1), **REDIS_TIMEOUTS)
+            self._sync_client = redis.Redis.from_url(self.url, retry=SyncRetry(NoBackoff(), 1),
+                                                     socket_connect_timeout=CONNECT_TIMEOUT, socket_timeout=SOCKET_TIMEOUT)
         try:
             pipe = self._sync_client.pipeline(transaction=False)
             for channel, data in encoded:
