@@ -27,7 +27,7 @@ logger = logging.getLogger(__name__)
 # labels and option values the page echoes. 256 KB fits the longest answer any surface accepts, so
 # that answer's own bound is what a person meets (a clear ack), and bounds what one frame costs us.
 MAX_MESSAGE_BYTES = 256 * 1024
-# Pushes a socket has not handled yet; past it they are dropped (its heartbeat catches up).
+# Pushes a socket has not handled yet; past it the oldest are dropped (its heartbeat catches up).
 INBOX_LIMIT = 1000
 
 
@@ -172,13 +172,13 @@ class PanelConsumer(AsyncJsonWebsocketConsumer):
 
     def deliver(self, message: dict[str, Any]) -> None:
         """A push from the hub. A ``REREAD`` (the bus was lost or is back) is the heartbeat's to
-        act on; a push past the inbox's bound is dropped, and the heartbeat catches up."""
+        act on; past the inbox's bound the oldest push is dropped, and the heartbeat catches up."""
         if message.get("type") == REREAD:
             return
-        try:
-            self.inbox.put_nowait(message)
-        except asyncio.QueueFull:
-            logger.info("panel socket of %s is %d pushes behind; dropped one", self.username, INBOX_LIMIT)
+        if self.inbox.full():  # the oldest goes: the newest push is the one most likely still true
+            self.inbox.get_nowait()
+            logger.info("panel socket of %s is %d pushes behind; dropped the oldest", self.username, INBOX_LIMIT)
+        self.inbox.put_nowait(message)
 
     async def connect(self):
         user = self.scope.get("user")

@@ -27,8 +27,9 @@ logger = logging.getLogger(__name__)
 
 REREAD = "askcards.reread"  # what a waiter is handed when a message may have been lost
 LAYER_RETRY_SECONDS = 1.0  # while the bus is down, a parked request re-reads this often
-# A waiter's messages not yet taken. A long-poll reads one per wake and every wake means "read
-# again", so a full inbox loses nothing a reader would not see at its next read.
+# A waiter's messages not yet taken; past it the oldest are dropped. A long-poll reads one per wake
+# and every wake means "read again", so a full inbox loses nothing a reader would not see at its
+# next read.
 INBOX_LIMIT = 1000
 
 
@@ -199,7 +200,7 @@ class Waiter:
         self.hub = hub or HUB
         self.keys: list[str] = []
         self.loop = asyncio.get_running_loop()
-        self._inbox: deque[dict[str, Any]] = deque()
+        self._inbox: deque[dict[str, Any]] = deque(maxlen=INBOX_LIMIT)
         self._woken: asyncio.Future[None] | None = None
 
     async def __aenter__(self) -> Waiter:
@@ -210,8 +211,7 @@ class Waiter:
         await self.hub.register(key, self)
 
     def deliver(self, message: dict[str, Any]) -> None:
-        if len(self._inbox) < INBOX_LIMIT:
-            self._inbox.append(message)
+        self._inbox.append(message)
         if self._woken is not None and not self._woken.done():
             self._woken.set_result(None)
 

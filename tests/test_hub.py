@@ -96,8 +96,9 @@ async def test_a_waiters_inbox_is_bounded():
     hub = hubs.Hub()
     async with hubs.Waiter("w", hub) as waiter:
         await waiter.add("ask.1")
-        hub.publish([wake("ask.1")] * (hubs.INBOX_LIMIT + 500))
+        hub.publish([("ask.1", {"type": "n", "n": n}) for n in range(hubs.INBOX_LIMIT + 500)])
         assert len(waiter._inbox) == hubs.INBOX_LIMIT
+        assert await waiter.receive(1) == {"type": "n", "n": 500}  # the oldest were dropped, the newest kept
 
 
 async def test_while_the_bus_is_down_waiters_re_read_every_second_and_once_more_when_it_is_back(monkeypatch):
