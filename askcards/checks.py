@@ -17,13 +17,12 @@ from . import crypto
 def askcards_settings(app_configs, **kwargs):
     problems = []
     engine = settings.DATABASES["default"]["ENGINE"]
-    layer = settings.CHANNEL_LAYERS["default"]["BACKEND"]
-    if not engine.endswith("sqlite3") and "InMemory" in layer:
+    if not engine.endswith("sqlite3") and not settings.REDIS_URL:
         problems.append(
             Warning(
-                "A shared database is configured but the channel layer is in-memory.",
-                hint="Set REDIS_URL so long-polls and panels in every process are woken; with the in-memory "
-                "layer only the process that made a change wakes its own waiters (others notice at their timeout).",
+                "A shared database is configured but REDIS_URL is not set.",
+                hint="Set REDIS_URL so long-polls and panels in every process are woken; without it only the "
+                "process that made a change wakes its own waiters (others notice at their timeout).",
                 id="askcards.W001",
             )
         )

@@ -6,12 +6,16 @@ import functools
 import json
 import logging
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 from urllib.parse import parse_qs
 
+from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from channels.utils import await_many_dispatch
 
 from askcards import jsonlimits, selectors, services
 from askcards.db import in_executor
+from askcards.hub import HUB, REREAD, unique_name
 from askcards.models import Ask, Respondent
 from askcards.surfaces import web
 from askcards.tools import dingtalk_ask_user_question as dt
@@ -23,6 +27,8 @@ logger = logging.getLogger(__name__)
 # labels and option values the page echoes. 256 KB fits the longest answer any surface accepts, so
 # that answer's own bound is what a person meets (a clear ack), and bounds what one frame costs us.
 MAX_MESSAGE_BYTES = 256 * 1024
+# Pushes a socket has not handled yet; past it the oldest are dropped (its heartbeat catches up).
+INBOX_LIMIT = 1000
 
 
 # The panel sockets' own database threads: not Channels' ``database_sync_to_async``, which is
@@ -145,15 +151,44 @@ panel_beat = PanelBeat()
 
 
 class PanelConsumer(AsyncJsonWebsocketConsumer):
+    """One panel socket. Its interest is an entry in the process's hub under its user's key
+    (``askcards.hub``), not a channel: the hub hands it pushes (``deliver``) into its inbox, and
+    they are handled one at a time with the socket's own frames, in order."""
+
+    async def __call__(self, scope, receive, send):
+        # Channels' loop over the client's messages, with the inbox in place of a channel layer.
+        self.scope, self.channel_layer, self.base_send = scope, None, send
+        self.loop = asyncio.get_running_loop()
+        self.channel_name = unique_name("panel")  # names its presence row
+        self.inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=INBOX_LIMIT)
+        try:
+            await await_many_dispatch([receive, self.inbox.get], self.dispatch)
+        except StopConsumer:
+            pass
+        finally:  # also when the server cancels the socket, which then never disconnects
+            if hasattr(self, "key"):
+                panel_beat.leave(self)
+                HUB.unregister(self.key, self)
+
+    def deliver(self, message: dict[str, Any]) -> None:
+        """A push from the hub. A ``REREAD`` (the bus was lost or is back) is the heartbeat's to
+        act on; past the inbox's bound the oldest push is dropped, and the heartbeat catches up."""
+        if message.get("type") == REREAD:
+            return
+        if self.inbox.full():  # the oldest goes: the newest push is the one most likely still true
+            self.inbox.get_nowait()
+            logger.info("panel socket of %s is %d pushes behind; dropped the oldest", self.username, INBOX_LIMIT)
+        self.inbox.put_nowait(message)
+
     async def connect(self):
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
             await self.close(code=4401)
             return
         self.username = user.get_username()
-        self.group = web.panel_group(self.username)
+        self.key = web.panel_key(self.username)
         self.view = web.PanelView()  # what this socket was sent, for the heartbeat's catch-up
-        await self.channel_layer.group_add(self.group, self.channel_name)
+        await HUB.register(self.key, self)
         await pooled(web.presence_touch)(username=self.username, channel_name=self.channel_name)
         await self.accept()
         known = parse_qs(self.scope.get("query_string", b"").decode("latin-1")).get("known", [""])[0].split(",")
@@ -168,7 +203,7 @@ class PanelConsumer(AsyncJsonWebsocketConsumer):
         if not hasattr(self, "username"):
             return
         panel_beat.leave(self)
-        await self.channel_layer.group_discard(self.group, self.channel_name)
+        HUB.unregister(self.key, self)
         await pooled(web.presence_drop)(channel_name=self.channel_name)
 
     @classmethod
@@ -251,7 +286,7 @@ class PanelConsumer(AsyncJsonWebsocketConsumer):
         for message in self.view.news():
             await self.send_json(message)
 
-    # Channel-layer handlers. The group is this user's own, so its messages are theirs to see.
+    # Push handlers (``dispatch`` by type). The key is this user's own, so its messages are theirs to see.
     async def panel_show(self, event):
         message = await _show(self.username, event["ask_id"])
         if message is None:

@@ -43,7 +43,7 @@ def append(
     statements.outbox_event_insert(
         agent_id=agent_id, type=type, ask=ask, session=session, data=data or {}, next_attempt_at=timezone.now()
     )
-    transaction.on_commit(lambda: events.wake(events.agent_group(agent_id)))
+    transaction.on_commit(lambda: events.wake(events.agent_key(agent_id)))
 
 
 def acknowledge(*, agent: Agent, upto: int, delivered: list[str] | None = None) -> int:

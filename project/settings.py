@@ -1,7 +1,7 @@
 """askcards settings: everything comes from the environment.
 
-Embedded default (no variables set): SQLite file under ``ASKCARDS_DATA_DIR`` and the in-memory
-channel layer, for one process (``manage.py serve``). Scale-out: ``DATABASE_URL=postgres://…`` and
+Embedded default (no variables set): SQLite file under ``ASKCARDS_DATA_DIR`` and in-process
+wakes (``askcards.hub``), for one process (``manage.py serve``). Scale-out: ``DATABASE_URL=postgres://…`` and
 ``REDIS_URL=redis://…``; then any number of daphne and worker processes may run at once.
 """
 from __future__ import annotations
@@ -244,32 +244,12 @@ REDIS_URL = os.environ.get("REDIS_URL", "")
 # most these seconds, then the process's own copy of the token serves, instead of the push (and
 # the worker lane behind it) waiting for ever, redis-py's default.
 REDIS_CACHE_OPTIONS = {"socket_connect_timeout": 1.0, "socket_timeout": 1.0}
-# channels_redis queues the messages of ALL of a process's channels (every panel socket, parked
-# long-poll and MCP call: names "specific.<process>!<one>") in ONE Redis sorted set, and checks
-# `capacity` against that set: a process more than `capacity` messages behind (a thousand sockets,
-# a busy minute) loses further group sends to it without an error. So the process queue's bound is
-# set by the expiry instead: messages older than CHANNEL_EXPIRY s are dropped anyway, and
-# PROCESS_QUEUE_CAPACITY lets 1,600 messages a second reach one stalled process for that whole
-# minute (≈ 250 bytes each in Redis: 25 MB at worst). `capacity` stays the bound of each channel's
-# in-process buffer. The panel never depends on a push arriving (its heartbeat catches up).
-CHANNEL_EXPIRY = 60
-PROCESS_QUEUE_CAPACITY = 100_000
+# REDIS_URL also carries the wakes between processes: askcards.bus, Redis pub/sub, one subscriber
+# connection per process (askcards.hub keeps the waiters; no channel layer is configured).
 if REDIS_URL:
-    CHANNEL_LAYERS = {
-        "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {
-                "hosts": [REDIS_URL],
-                "capacity": 1000,
-                "channel_capacity": {"specific.*": PROCESS_QUEUE_CAPACITY},
-                "expiry": CHANNEL_EXPIRY,
-            },
-        }
-    }
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
                           "OPTIONS": REDIS_CACHE_OPTIONS}}
 else:
-    CHANNEL_LAYERS = {"default": {"BACKEND": "askcards.layers.ThrottledInMemoryChannelLayer", "CONFIG": {"capacity": 1000}}}
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

@@ -2,8 +2,8 @@
 
 The DRF view does the real work (auth, validation, the first read) in a pooled thread and, when
 the answer is "not yet", attaches a ``LongPoll`` to its response. The ASGI app below then parks the
-request on the channel layer (one channel subscribed to the view's groups), re-runs the view's
-``again`` in a pooled thread when woken or timed out, and sends that response.
+request in the process's hub (``askcards.hub``: one entry under each of the view's keys), re-runs
+the view's ``again`` in a pooled thread when woken or timed out, and sends that response.
 
 Served by ``project.asgi`` ahead of Django's handler: Django's ASGI handler gives every request a
 dedicated thread for its sync parts, which would mean one idle thread per waiter. Under a plain
@@ -30,7 +30,7 @@ from .leases import KEEPER
 
 @dataclass
 class LongPoll:
-    groups: list[str]
+    keys: list[str]  # what it waits on (``askcards.events``)
     timeout: float
     # again(final) -> the response body (JSON data, or a whole HttpResponse), or None while still
     # waiting (final=False only).
@@ -43,7 +43,7 @@ class LongPoll:
 
 
 class LongPollResponse(Response):
-    """A view's response that may carry a ``LongPoll``: then ``LongPollApp`` waits on its groups.
+    """A view's response that may carry a ``LongPoll``: then ``LongPollApp`` waits on its keys.
 
     Its data may be given ``later``: computed only when the response is rendered, which a parked
     long-poll never is (``LongPollApp`` answers with ``again``'s data instead). A client that waits
@@ -174,26 +174,26 @@ class LongPollApp:
     async def _wait(self, poll: LongPoll, receive) -> HttpResponse | None:
         """Park until woken (then re-read), the client leaves (None) or the timeout (final read).
 
-        The channel layer may fail under the wait (Redis stopped or restarted): the subscription
-        then has it re-read every ``events.LAYER_RETRY_SECONDS`` until it is back in its groups."""
+        The bus may fail under the wait (Redis stopped or restarted): the waiter then has it
+        re-read every ``events.LAYER_RETRY_SECONDS`` until the bus is back."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + poll.timeout
         disconnect = asyncio.ensure_future(receive())
         try:
-            async with events.Subscription("long-poll") as subscription:
-                for group in poll.groups:
-                    await subscription.add(group)
+            async with events.Waiter("long-poll") as waiter:
+                for key in poll.keys:
+                    await waiter.add(key)
                 with KEEPER.holding(poll.lease) if poll.lease else contextlib.nullcontext():
                     while True:
-                        # Read after subscribing (the state may have changed since the view's read),
-                        # and again after every wake or re-read the subscription asks for.
+                        # Read after registering (the state may have changed since the view's read),
+                        # and again after every wake or re-read the waiter asks for.
                         data = await _in_pool(poll.again, False)
                         if data is not None:
                             return _json(data)
                         remaining = deadline - loop.time()
                         if remaining <= 0:
                             break
-                        await subscription.receive(remaining, stop=disconnect)
+                        await waiter.receive(remaining, stop=disconnect)
                         if disconnect.done():
                             return None
                         if loop.time() >= deadline:

@@ -156,7 +156,7 @@ def _ask_waited(agent, ask_id: str, *, wait: int, deliver: bool, shape: Callable
 
     if wait and selectors.ask_is_open(agent=agent, ask_id=ask_id):
         response = LongPollResponse(later=lambda: now(True))
-        response.long_poll = LongPoll(groups=[events.ask_group(ask_id)], timeout=wait, again=now, agent_id=agent.pk)
+        response.long_poll = LongPoll(keys=[events.ask_key(ask_id)], timeout=wait, again=now, agent_id=agent.pk)
         return response
     return Response(now(True))
 
@@ -299,7 +299,7 @@ class EventsApi(APIView):
         response = LongPollResponse(_events_page(agent, after, limit, final=True))
         if not response.data["events"] and query["wait"]:
             response.long_poll = LongPoll(
-                groups=[events.agent_group(agent.pk)],
+                keys=[events.agent_key(agent.pk)],
                 timeout=query["wait"],
                 again=lambda final: _events_page(agent, after, limit, final=final),
                 agent_id=agent.pk,

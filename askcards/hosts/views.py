@@ -87,7 +87,7 @@ class HookView(APIView):
             return None if data is None else self.reply(data)
 
         response = LongPollResponse(later=lambda: _data(again(True)))
-        response.long_poll = LongPoll(groups=[events.ask_group(ask_id)], timeout=wait, again=again,
+        response.long_poll = LongPoll(keys=[events.ask_key(ask_id)], timeout=wait, again=again,
                                       agent_id=agent.pk, leave=lambda: services.host_left(agent=agent, ask_id=ask_id),
                                       lease=ask_id)
         return response

@@ -12,7 +12,7 @@ key's agent, answers the ask through the service the 2026-07-28 ``tasks/update``
 (``services.host_respond``: the first answer wins; a decline or a dismissal is the person's
 answer), and the call parked wherever it is wakes through the ask's group, as for an answer on
 the panel. A response whose content does not answer the form changes nothing and asks the parked
-call to put the form again (``ASK_AGAIN`` on the ask's group); an error response (the client could
+call to put the form again (``ASK_AGAIN`` on the ask's key); an error response (the client could
 not show it) changes nothing. A response id askcards did not sign for this agent is refused (400)
 and changes nothing.
 """
@@ -36,7 +36,7 @@ logger = logging.getLogger(__name__)
 ID_SALT = "askcards.mcp.host-elicitation"
 ID_MAX_AGE = results.REQUEST_STATE_MAX_AGE
 LEGACY_FORMS_VERSION = "2025-06-18"  # its elicitation schema: no titled enums, no arrays, no mode
-ASK_AGAIN = "askcards.mcp_host_again"  # channel-layer message: the host's form was not answered, put it again
+ASK_AGAIN = "askcards.mcp_host_again"  # hub message: the host's form was not answered, put it again
 INVALID_REQUEST = -32600
 INVALID_PARAMS = -32602
 
@@ -97,7 +97,7 @@ def take_response(agent: Agent, message: Mapping[str, Any]) -> Refused | None:
         return None
     if response.why.startswith("invalid"):
         logger.info("ask %s: the host's form content does not answer it (%s); asking again", ask_id, response.why)
-        events.send([(events.ask_group(ask_id), {"type": ASK_AGAIN})])
+        events.publish([(events.ask_key(ask_id), {"type": ASK_AGAIN})])
     elif not response.taken:
         logger.info("ask %s: the host's response came after it ended (%s), nothing changed", ask_id,
                     response.ask.reason)

@@ -3,8 +3,8 @@
 - ``tools/list``: the session's tools, as ``GET /api/v1/sessions/{id}/tools`` lists them, each
   declaring ``execution.taskSupport: optional``.
 - ``tools/call``: ``services.tool_call``, as ``POST /api/v1/tools/call`` runs it. A blocking tool's
-  call keeps its response stream open until the ask ends (its deadline at most), parked on the
-  channel layer like the REST long-polls: no thread and no database connection while it waits,
+  call keeps its response stream open until the ask ends (its deadline at most), parked in the
+  process's hub (``askcards.hub``) like the REST long-polls: no thread and no database connection while it waits,
   progress notifications every ``PROGRESS_SECONDS`` when the request carried a ``progressToken``.
   ``notifications/cancelled`` for that request cancels the ask (``by_agent``); a dropped
   connection cancels nothing.
@@ -80,7 +80,7 @@ HOST_TOOL = "ask_user_questions"  # the blocking tool whose call asks the host i
 HOST_TOOLS = frozenset({HOST_TOOL, tools.dingtalk_ask_user_question.NAME})  # the tools whose asks the host can show
 CANCEL_HANDLING_SECONDS = 10
 QUOTA_EXCEEDED = -32000  # JSON-RPC's implementation-defined server errors: a quota of the agent's is used up
-CANCEL = "askcards.mcp_cancel"  # channel-layer message: notifications/cancelled for a parked call
+CANCEL = "askcards.mcp_cancel"  # hub message: notifications/cancelled for a parked call
 
 INSTRUCTIONS = (
     "askcards asks people structured questions (forms on Feishu, DingTalk or a web panel) and "
@@ -382,10 +382,10 @@ async def call_tool(ctx: ServerRequestContext[Any, Any], params: types.CallToolR
         except QuotaExceeded as exc:
             outcome = _quota_refusal(exc)
             return _call_result(outcome.status, outcome.tool_result, None)
-    async with events.Subscription("MCP call") as subscription:
+    async with events.Waiter("MCP call") as waiter:
         if tool is not None and tool.blocking and ctx.request_id is not None:
             # Before the ask exists: a cancel that arrives while it is being made waits in the queue.
-            await subscription.add(cancel_group(caller, ctx.request_id))
+            await waiter.add(cancel_key(caller, ctx.request_id))
         outcome = await _run(ctx, caller, params.name, params.arguments)
         if outcome.ask is None:
             return _call_result(outcome.status, outcome.tool_result, None)
@@ -393,7 +393,7 @@ async def call_tool(ctx: ServerRequestContext[Any, Any], params: types.CallToolR
         parks = outcome.ask.is_open and outcome.ask.blocking
         del outcome  # a parked call holds no row while it waits, the ask it made included
         if parks:
-            ask = await _park(ctx, caller, ask_id, subscription, lease=True, ask_host=_host_asker(ctx, caller))
+            ask = await _park(ctx, caller, ask_id, waiter, lease=True, ask_host=_host_asker(ctx, caller))
             if ask.is_open:
                 text = (
                     f"the ask {ask.id} is still open past its deadline (is the askcards worker running?); "
@@ -472,8 +472,8 @@ async def permission_prompt(ctx: ServerRequestContext[Any, Any], caller: Caller,
 
     try:
         with KEEPER.holding(ask_id):  # the host's lease on it (services.waiters)
-            async with events.Subscription("MCP call") as subscription:
-                await _park(ctx, caller, ask_id, subscription)
+            async with events.Waiter("MCP call") as waiter:
+                await _park(ctx, caller, ask_id, waiter)
     except BaseException:  # the client went away (its request cancelled): nobody answers into a void
         with anyio.CancelScope(shield=True):
             await in_pool(services.host_left, agent=caller.agent, ask_id=ask_id)
@@ -555,21 +555,21 @@ def _read(agent: Agent, ask_id: str) -> Ask:
     return ask
 
 
-def cancel_group(caller: Caller, request_id: Any) -> str:
-    """The channel-layer group of one parked ``tools/call``: its agent, session and JSON-RPC id
+def cancel_key(caller: Caller, request_id: Any) -> str:
+    """The hub key of one parked ``tools/call``: its agent, session and JSON-RPC id
     (``1`` and ``"1"`` differ). Stateless HTTP has no connection identity, so two clients sharing
     a session and an in-flight request id share it too."""
     digest = hashlib.sha256(f"{caller.session.pk}|{request_id!r}".encode()).hexdigest()[:40]
-    return f"askcards.mcp.{caller.agent.pk}.{digest}"
+    return f"mcp.{caller.agent.pk}.{digest}"
 
 
-async def _park(ctx: ServerRequestContext[Any, Any], caller: Caller, ask_id: str, subscription: events.Subscription,
+async def _park(ctx: ServerRequestContext[Any, Any], caller: Caller, ask_id: str, waiter: events.Waiter,
                 *, lease: bool = False, ask_host: AskHost | None = None) -> Ask:
     """Wait until the ask ends or its deadline (plus grace) passes; returns it as it is then.
 
-    Parked on the channel layer (the ask's group, and the cancel group the caller may have added):
+    Parked in the hub (the ask's key, and the cancel key the caller may have added):
     woken by the ask's changes, it re-reads the ask in the pool; sends progress meanwhile. While
-    the layer is down it re-reads every ``events.LAYER_RETRY_SECONDS`` instead (the subscription's
+    the bus is down it re-reads every ``events.LAYER_RETRY_SECONDS`` instead (the waiter's
     ``REREAD``), as the REST long-polls do.
 
     A blocking ``tools/call`` (``lease``) holds the ask's lease while it waits
@@ -584,10 +584,10 @@ async def _park(ctx: ServerRequestContext[Any, Any], caller: Caller, ask_id: str
     answer does; the lease is held meanwhile, so a client gone mid-form ends ``caller_gone``."""
     with services.parked_wait(caller.agent.pk):
         if not lease:
-            return await _parked(ctx, caller, ask_id, subscription, lease=False, ask_host=ask_host)
+            return await _parked(ctx, caller, ask_id, waiter, lease=False, ask_host=ask_host)
         try:
             with KEEPER.holding(ask_id):
-                return await _parked(ctx, caller, ask_id, subscription, lease=True, ask_host=ask_host)
+                return await _parked(ctx, caller, ask_id, waiter, lease=True, ask_host=ask_host)
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await in_pool(services.caller_left, ask_id=ask_id)
@@ -635,9 +635,9 @@ async def _leased_state(agent: Agent, ask_id: str) -> Ask | _Waiting:
         raise
 
 
-async def _parked(ctx: ServerRequestContext[Any, Any], caller: Caller, ask_id: str, subscription: events.Subscription,
+async def _parked(ctx: ServerRequestContext[Any, Any], caller: Caller, ask_id: str, waiter: events.Waiter,
                   *, lease: bool, ask_host: AskHost | None = None) -> Ask:
-    await subscription.add(events.ask_group(ask_id))
+    await waiter.add(events.ask_key(ask_id))
     # After subscribing: no change can slip by.
     state = await (_leased_state(caller.agent, ask_id) if lease else in_pool(_state, caller.agent, ask_id))
     if not isinstance(state, _Waiting):
@@ -656,7 +656,7 @@ async def _parked(ctx: ServerRequestContext[Any, Any], caller: Caller, ask_id: s
             next_progress = now + PROGRESS_SECONDS
         if now >= give_up:
             return await in_pool(_read, caller.agent, ask_id)  # still open: as it is now
-        message = await subscription.receive(min(next_progress, give_up) - now)
+        message = await waiter.receive(min(next_progress, give_up) - now)
         if message is None:
             continue
         state = await in_pool(_state, caller.agent, ask_id, cancel=message.get("type") == CANCEL)
@@ -671,9 +671,10 @@ async def cancelled(ctx: ServerRequestContext[Any, Any], params: types.Cancelled
     caller = _caller.get(None)
     if caller is None or params.request_id is None:
         return
-    # With the channel layer down (Redis stopped), the cancel is logged and lost: the call's ask
+    # With the bus down (Redis stopped), a cancel for a call parked on another process is lost
+    # (logged once per outage): the call's ask
     # then ends as it would have (answer, deadline), and the notification itself never errors.
-    await events.send_all(events.channel_layer(), [(cancel_group(caller, params.request_id), {"type": CANCEL})])
+    events.publish([(cancel_key(caller, params.request_id), {"type": CANCEL})])
 
 
 # ------------------------------------------------------------------------------------------ tasks
@@ -754,9 +755,9 @@ async def tasks_result(ctx: ServerRequestContext[Any, Any], params: types.GetTas
             raise MCPError(code=QUOTA_EXCEEDED, message=f"{exc.message} (retry after {exc.retry_after} s)") from None
         task_id = ask.id
         del ask  # a parked call holds no row while it waits
-        async with events.Subscription("MCP call") as subscription:
+        async with events.Waiter("MCP call") as waiter:
             ask_host = _host_asker(ctx, _caller.get(), task=True)
-            ask = await _park(ctx, _caller.get(), task_id, subscription, ask_host=ask_host)
+            ask = await _park(ctx, _caller.get(), task_id, waiter, ask_host=ask_host)
         if ask.is_open:
             raise MCPError(code=INTERNAL_ERROR, message=f"task {ask.id} is still working past its deadline; poll tasks/get")
         status = types.TaskStatusNotification(params=types.TaskStatusNotificationParams.model_validate(results.task(ask), by_name=False))

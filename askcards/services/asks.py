@@ -346,7 +346,7 @@ def current_result(ask: Ask) -> dict[str, Any] | None:
 def after_change(ask: Ask, hook: str) -> None:
     """After commit: wake the ask's long-polls and update its surfaces. ``ask`` holds the state
     just committed (the transition sets it in memory), so no re-read is needed."""
-    events.wake(events.ask_group(ask.pk))
+    events.wake(events.ask_key(ask.pk))
     surfaces.run_hook(hook, ask)
 
 

@@ -2,7 +2,7 @@
 
 Presence is kept in the database (one row per connected socket, refreshed by a heartbeat, stale
 after ``PRESENCE_TTL``), so every process agrees on whether a panel is connected — it decides
-``no_surface``. Pushes go through the channel layer group of the user.
+``no_surface``. Pushes go to the user's key in the hub (``askcards.hub``), in every process.
 """
 from __future__ import annotations
 
@@ -33,9 +33,9 @@ HEARTBEAT_SECONDS = 30
 PUSH_GRACE_SECONDS = 5
 
 
-def panel_group(username: str) -> str:
-    # Group names allow only [a-zA-Z0-9_.-]; usernames may hold anything else.
-    return "askcards.panel." + hashlib.sha256(username.encode()).hexdigest()[:32]
+def panel_key(username: str) -> str:
+    # Bus channels are named by keys: a short hash, whatever characters the username holds.
+    return "panel." + hashlib.sha256(username.encode()).hexdigest()[:32]
 
 
 def presence_touch(*, username: str, channel_name: str) -> None:
@@ -223,10 +223,11 @@ class PanelView:
     as open (a DingTalk collection it responded to included, until it ends) and the pending asks
     it has judged (shown, or not for this user).
 
-    Pushes are hints: the channel layer drops a group send when the receiving process is too far
-    behind (its queue full, or older than the expiry). So every heartbeat compares this view with
-    the database (``panels_catch_up``) and sends what the socket lacks: a dropped push costs at most
-    one heartbeat's delay (and the grace below), never a question the person cannot see.
+    Pushes are hints: the bus loses what is published while Redis is away or a process is
+    subscribing again, and a socket's inbox drops what comes past its bound. So every heartbeat
+    compares this view with the database (``panels_catch_up``) and sends what the socket lacks: a
+    dropped push costs at most one heartbeat's delay (and the grace below), never a question the
+    person cannot see.
 
     ``suspects``: how the socket differed from the database at the last comparison. A difference
     is acted on only once it is seen twice, ``PUSH_GRACE_SECONDS`` apart at least: the push of an
@@ -491,4 +492,4 @@ class WebSurface(Surface):
 
     def _push(self, ask: Ask, message: dict[str, Any]) -> None:
         if ask.session.web_user:
-            events.send([(panel_group(ask.session.web_user), message)])
+            events.publish([(panel_key(ask.session.web_user), message)])

@@ -8,7 +8,7 @@ Per target, every step bounded in time and count, every connection to 127.0.0.1 
 
 1. A throwaway data dir; for ``postgres`` also a throwaway database ``askcards_bench`` (dropped first
    if a previous run left it, dropped again at the end). ``REDIS_URL`` is removed from the
-   environment: the channel layer and cache are in-memory per process in both targets.
+   environment: wakes and cache are in-process in both targets.
 2. A Feishu stand-in (``tests/bench/feishu_stub.py``, its own process) that answers the tenant
    token, card sends and PATCHes with Feishu-like success, so the worker's card-sync lane never
    retries errors during the run.

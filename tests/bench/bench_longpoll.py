@@ -6,7 +6,7 @@ Run from the project directory (not collected by pytest: the file is not named t
 
 What it does, every step bounded in time and count, every connection to 127.0.0.1 only:
 
-1. A throwaway data dir (embedded default: SQLite + in-memory channel layer; DATABASE_URL and
+1. A throwaway data dir (embedded default: SQLite + in-process wakes; DATABASE_URL and
    REDIS_URL are removed from the environment), ``migrate``, a Django user,
    ``askcards_agent create bench --grant <user> --json``, and a logged-in session for the user. The session cookie is made directly with
    ``django.contrib.sessions`` (``SessionStore`` holding the user's id, backend and session-auth
@@ -685,7 +685,7 @@ def print_report(args: argparse.Namespace, report: dict[str, Any], nofile: tuple
     n = report["waiters"]
     lost_total = n - len(lat)
     say()
-    say("=== askcards long-poll benchmark (embedded default: SQLite + in-memory layer, one daphne process) ===")
+    say("=== askcards long-poll benchmark (embedded default: SQLite + in-process wakes, one daphne process) ===")
     say(f"waiters {n}, answer rate {args.rate}/s, wait timeout {args.wait_timeout} s, open-file limit {nofile[0]}, "
         f"cores {os.cpu_count()}, load average at start {report['load_start']:.1f} / end {os.getloadavg()[0]:.1f} "
         "(other processes on this machine skew every figure)")

@@ -8,7 +8,7 @@ Run from the project directory (not collected by pytest: the file is not named t
 
 What it does, every step bounded in time and count, every connection to 127.0.0.1 only:
 
-1. A throwaway data dir (embedded default: SQLite + in-memory channel layer; DATABASE_URL and
+1. A throwaway data dir (embedded default: SQLite + in-process wakes; DATABASE_URL and
    REDIS_URL are removed from the environment), ``migrate``, a Django user, ``askcards_agent
    create bench --grant <user> --json``, and a logged-in session for the user (written with
    ``django.contrib.sessions``, as in bench_longpoll).
@@ -632,7 +632,7 @@ def print_variant(args: argparse.Namespace, report: dict[str, Any]) -> None:
 
 def print_report(args: argparse.Namespace, reports: dict[str, dict[str, Any]], nofile: tuple[int, int]) -> None:
     say()
-    say("=== askcards MCP benchmark (embedded default: SQLite + in-memory layer, one serve process per variant) ===")
+    say("=== askcards MCP benchmark (embedded default: SQLite + in-process wakes, one serve process per variant) ===")
     say(f"calls {args.calls} per variant, answer rate {args.rate}/s, warm-up {args.warmup}, ask timeout "
         f"{args.ask_timeout} s, open-file limit {nofile[0]}, cores {os.cpu_count()} "
         "(other processes on this machine skew every figure)")

@@ -5,7 +5,7 @@ Run from the project directory (not collected by pytest: the file is not named t
     .venv/bin/python -m tests.bench.bench_scaleout [--waiters 10000] [--rate 50]
 
 The production shape it measures (issue 14, point 3): two daphne processes behind one address,
-sharing one PostgreSQL database and one Redis (channel layer + cache); process A runs the
+sharing one PostgreSQL database and one Redis (bus + cache); process A runs the
 in-process worker (``manage.py serve``), B serves only (``manage.py serve --no-worker``): one
 worker for the deployment, as the README recommends, without a third process on a 2-core machine.
 

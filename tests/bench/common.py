@@ -36,7 +36,7 @@ YARDSTICK_LOOPS = 2_200_000  # fixed: changing it makes every earlier yardstick 
 YARDSTICK_CHECKSUM = 822_657  # what the workload computes: a changed workload fails loudly
 BUSY_LOAD_PER_CORE = 0.5
 LIBRARIES = ("Django", "djangorestframework", "channels", "daphne", "Twisted", "mcp", "aiohttp", "psycopg",
-             "redis", "channels-redis")
+             "redis")
 
 
 def say(message: str = "") -> None:

@@ -210,8 +210,8 @@ async def _messages_until(panel, done, timeout: float = 5.0) -> list[dict]:
 
 
 async def test_panel_catches_up_on_pushes_it_never_got(web_surface, agent, web_session, users, monkeypatch):
-    """A push is a hint the channel layer may drop (Redis drops group sends to a process that is too
-    far behind): at its next heartbeat the socket is sent the new ask whose push never came, and
+    """A push is a hint the bus may drop (what is published while Redis is away, or a process is
+    subscribing again, reaches nobody there): at its next heartbeat the socket is sent the new ask whose push never came, and
     told how an ask it shows ended without one — each once."""
     from askcards.surfaces import web
 

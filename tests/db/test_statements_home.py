@@ -9,6 +9,7 @@ import askcards
 PACKAGE = Path(askcards.__file__).parent
 HOME = PACKAGE / "db" / "statements.py"
 RUNS_SQL_TEXT = {"execute", "executemany", "raw", "extra", "RawSQL"}
+NOT_SQL = {PACKAGE / "bus.py"}  # its execute() runs Redis pipelines of PUBLISH commands, no SQL
 
 
 def sql_calls(path: Path) -> list[str]:
@@ -25,7 +26,7 @@ def test_no_module_but_statements_runs_sql_text():
     found = [
         call
         for path in sorted(PACKAGE.rglob("*.py"))
-        if path != HOME and "migrations" not in path.parts
+        if path != HOME and path not in NOT_SQL and "migrations" not in path.parts
         for call in sql_calls(path)
     ]
     assert found == []

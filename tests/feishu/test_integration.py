@@ -290,27 +290,43 @@ def test_bot_changed_by_another_process_is_seen_within_the_cache_time(mounted, m
 # ---------------------------------------------------------------------------- panel and card
 
 
+class _Panel:
+    """A panel socket's interest in the hub, recording its pushes, handed over in whichever
+    thread publishes them (``loop`` None)."""
+
+    loop = None
+
+    def __init__(self):
+        self.messages: list[dict] = []
+
+    def deliver(self, message):
+        self.messages.append(message)
+
+
 def test_panel_and_card_first_answer_wins(agent, api, bot, feishu_surfaces, fake):
     from asgiref.sync import async_to_sync
-    from channels.layers import get_channel_layer
 
-    from askcards.surfaces.web import panel_group
+    from askcards.hub import HUB
+    from askcards.surfaces.web import panel_key
 
     grant_bot(agent, bot)
     session, _ = services.session_upsert(agent=agent, key=f"feishu-{bot.app_id}-private-ou_alice", bot=bot, web_user="alice")
     PanelPresence.objects.create(username="alice", channel_name="test.panel", last_seen=timezone.now())
-    layer = get_channel_layer()
-    async_to_sync(layer.group_add)(panel_group("alice"), "test.panel")
-    _progress(api, session)
-    ask = _ask(agent, session).ask
-    assert sorted(ask.surfaces) == ["feishu", "web"]
-    assert async_to_sync(layer.receive)("test.panel")["ask_id"] == ask.id  # panel.show
-    converge()
-    response = click(bot, operator="ou_alice", value=submit_value(ask), form_value={"q0_0": "0", "q0_1": ["1"]})
-    assert response.json()["toast"]["content"] == "已提交"
-    withdraw = async_to_sync(layer.receive)("test.panel")
-    assert withdraw["message"] == {"type": "ask_user_questions_cancelled", "requestId": ask.id, "reason": "submitted",
-                                   "surface": "feishu"}
+    panel = _Panel()
+    async_to_sync(HUB.register)(panel_key("alice"), panel)
+    try:
+        _progress(api, session)
+        ask = _ask(agent, session).ask
+        assert sorted(ask.surfaces) == ["feishu", "web"]
+        assert panel.messages.pop(0)["ask_id"] == ask.id  # panel.show
+        converge()
+        response = click(bot, operator="ou_alice", value=submit_value(ask), form_value={"q0_0": "0", "q0_1": ["1"]})
+        assert response.json()["toast"]["content"] == "已提交"
+        withdraw = panel.messages.pop(0)
+        assert withdraw["message"] == {"type": "ask_user_questions_cancelled", "requestId": ask.id,
+                                       "reason": "submitted", "surface": "feishu"}
+    finally:
+        HUB.unregister(panel_key("alice"), panel)
     converge()
     assert forms(_shown_card(fake, _live(session))) == []
     assert services.ask_answer(ask_id=ask.id, answers=[

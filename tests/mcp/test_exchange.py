@@ -10,10 +10,11 @@ import pytest
 from channels.db import database_sync_to_async
 
 from askcards import events, services
+from askcards.hub import HUB
 from askcards.mcp import apps, exchange, host
 from askcards.models import Ask
 from tests.conftest import QUESTIONS, answer_for
-from tests.fakes import layer as fake_layer
+from tests.fakes import bus as fake_bus
 from tests.security import mcp_wire as wire
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
@@ -64,59 +65,69 @@ async def _answer(ask: Ask) -> float:
     return asyncio.get_running_loop().time()
 
 
-async def test_a_waiting_call_gets_its_answer_though_the_channel_layer_fails_under_it(
+async def _parked(ask_id: str) -> None:
+    async with asyncio.timeout(10):
+        while not HUB.count(events.ask_key(ask_id)):  # parked: an entry in the hub
+            await asyncio.sleep(0.05)
+
+
+async def test_a_waiting_call_gets_its_answer_though_the_bus_fails_under_it(
     agent_and_key, present_session, monkeypatch
 ):
-    """Redis stops under parked calls: a call answered while it is down still returns the answer
-    within seconds, not at its deadline (it re-reads while it cannot subscribe); once the layer is
-    back, empty, a parked call joins its ask's group again and an answer then wakes it."""
-    layer = fake_layer.install(monkeypatch)
+    """Redis stops under parked calls: a call answered on another process while it is down still
+    returns the answer within seconds, not at its deadline (it re-reads while the bus is down);
+    once the bus is back, an answer from another process wakes a call parked during the outage."""
+    bus = fake_bus.install(monkeypatch)
     loop = asyncio.get_running_loop()
     arguments = {"name": "ask_user_questions", "arguments": {"questions": QUESTIONS}}
 
     call = asyncio.create_task(wire.rpc(agent_and_key[1], "tools/call", arguments, timeout=30))
     ask = await _pending_ask()
-    group = events.ask_group(ask.id)
-    async with asyncio.timeout(10):
-        while not (layer.groups.get(group) and layer.waiting_receives):  # parked, its receive pending
-            await asyncio.sleep(0.05)
-    layer.down()
-    answered_at = await _answer(ask)  # its wake is lost: the layer refuses it
+    await _parked(ask.id)
+    await asyncio.sleep(0.2)  # past its read after registering
+    bus.fail()
+    with bus.elsewhere():
+        answered_at = await _answer(ask)  # its wake is lost: the bus is down
     answer = await asyncio.wait_for(call, 10)
     assert loop.time() - answered_at < 1 + 2 * events.LAYER_RETRY_SECONDS
-    assert layer.failed_receives == 1 and layer.is_down
+    assert events.ask_key(ask.id) in bus.lost_keys and not bus.up
     assert answer.result["isError"] is False
     assert json.loads(answer.result["content"][0]["text"]) == {"answers": answer_for()}
 
-    # A call parked while the layer is down; the layer comes back empty.
+    # A call parked while the bus is down; the bus comes back.
     call = asyncio.create_task(wire.rpc(agent_and_key[1], "tools/call", arguments, id=2, timeout=30))
     ask = await _pending_ask()
     await asyncio.sleep(2 * events.LAYER_RETRY_SECONDS)
-    assert not call.done(), "the call ended while the layer was down and its ask open"
-    layer.up()
-    group = events.ask_group(ask.id)
-    async with asyncio.timeout(5):
-        while not layer.groups.get(group):  # subscribed again: wakes reach it
-            await asyncio.sleep(0.05)
-    await _answer(ask)
+    assert not call.done(), "the call ended while the bus was down and its ask open"
+    bus.recover()
+    await asyncio.sleep(0.2)  # its re-read on the bus's return
+    with bus.elsewhere():
+        await _answer(ask)
     answer = await asyncio.wait_for(call, 10)
     assert json.loads(answer.result["content"][0]["text"]) == {"answers": answer_for()}
+    assert HUB.count() == 0, "parked calls left entries in the hub"
 
 
-async def test_a_cancel_notification_while_the_channel_layer_is_down_is_accepted_not_an_error(
-    agent_and_key, present_session, monkeypatch, caplog
+async def test_a_cancel_notification_while_redis_is_down_is_accepted_not_an_error(
+    agent_and_key, present_session, settings, caplog
 ):
-    """Redis down: the cancel cannot reach the process holding the call. The notification is
-    still accepted (202, as any notification), the loss is logged, and nothing else changes."""
-    layer = fake_layer.install(monkeypatch)
-    layer.down()
-    notification = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 7}}
-    answer = await wire.post(agent_and_key[1], notification)
-    assert answer.status == 202
-    async with asyncio.timeout(5):  # the SDK runs notification handlers after answering
-        while not any("failed; its readers will notice" in r.getMessage() for r in caplog.records):
-            await asyncio.sleep(0.05)
-    assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    """Redis unreachable: the cancel cannot reach a call parked on another process. The
+    notification is still accepted (202, as any notification), the loss is logged once, and
+    nothing else changes."""
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"  # nothing listens there
+    try:
+        notification = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 7}}
+        answer = await wire.post(agent_and_key[1], notification)
+        assert answer.status == 202
+        async with asyncio.timeout(5):  # the SDK runs notification handlers after answering
+            while not any("Redis unreachable" in r.getMessage() for r in caplog.records):
+                await asyncio.sleep(0.05)
+        await asyncio.sleep(2.5)  # the bus tries again meanwhile, and the outage is still one line
+        assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING
+                and "Redis unreachable" in r.getMessage()][1:] == []
+        assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    finally:
+        HUB.bus.close()
 
 
 @pytest.mark.parametrize("era", [wire.LEGACY, wire.MODERN])
@@ -125,13 +136,10 @@ async def test_a_parked_call_holds_no_row_of_its_ask_and_still_returns_it_whole(
     """While a call waits it keeps what its progress notifications say, not the ask's row (its
     session, respondents and questions with it): a server holding a thousand parked calls would
     hold a thousand rows. Once answered it reads the ask again and returns all of it."""
-    layer = fake_layer.install(monkeypatch)
     arguments = {"name": "ask_user_questions", "arguments": {"questions": QUESTIONS}}
     call = asyncio.create_task(wire.rpc(agent_and_key[1], "tools/call", arguments, era=era, timeout=30))
     ask_id = (await _pending_ask()).id
-    async with asyncio.timeout(10):
-        while not (layer.groups.get(events.ask_group(ask_id)) and layer.waiting_receives):  # parked
-            await asyncio.sleep(0.05)
+    await _parked(ask_id)
     await asyncio.sleep(0.2)
     gc.collect()
     held = [o for o in gc.get_objects() if isinstance(o, Ask) and o.pk == ask_id]
@@ -161,16 +169,13 @@ async def test_a_parked_call_putting_its_form_to_the_host_holds_no_row_either(ag
     ask as read when it goes out, and the call still holds no row of its ask while the form is out.
     Content that does not answer the form has it put again (read again); the host's answer then
     ends the call."""
-    layer = fake_layer.install(monkeypatch)
     agent, key = agent_and_key
     message, extra = wire.request("tools/call", {"name": "ask_user_questions", "arguments": {"questions": QUESTIONS}})
     declared = ("mcp-session-id", apps.session_token(agent.pk, apps.Declared(forms=True)))
     call = asyncio.create_task(wire.post(key, message, query=f"{wire.WEB}&host=ask", extra=[*extra, declared],
                                          timeout=30))
     ask_id = (await _pending_ask()).id
-    async with asyncio.timeout(10):
-        while not (layer.groups.get(events.ask_group(ask_id)) and layer.waiting_receives):  # form out, parked
-            await asyncio.sleep(0.05)
+    await _parked(ask_id)  # and its form out
     await asyncio.sleep(0.2)
     assert not _held(ask_id), "a parked call whose form is out holds its ask's row"
 

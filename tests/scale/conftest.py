@@ -35,8 +35,8 @@ def pg_db(tmp_path_factory, pg_template):
 
 @pytest.fixture(scope="module")
 def redis_url(request):
-    """The Redis database of the requesting module (its ``REDIS_DB``: the channel layer has no
-    prefix setting, so a database number keeps modules apart). Checked before ``pg_db`` makes a
+    """The Redis database of the requesting module (its ``REDIS_DB``: the database number keeps
+    modules apart, the cache's keys and the bus's channels, ``askcards:<db>:…``, alike). Checked before ``pg_db`` makes a
     database for nothing."""
     require_service("Redis", harness.REDIS_HOST, harness.REDIS_PORT)
     return f"redis://{harness.REDIS_HOST}:{harness.REDIS_PORT}/{request.module.REDIS_DB}"
@@ -44,7 +44,7 @@ def redis_url(request):
 
 @pytest.fixture(scope="module")
 def redis_env(redis_url, pg_db):
-    """``pg_db``'s environment with the module's Redis as channel layer and cache."""
+    """``pg_db``'s environment with the module's Redis as bus and cache."""
     return {**pg_db.env, "REDIS_URL": redis_url}
 
 

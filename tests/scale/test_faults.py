@@ -236,13 +236,14 @@ def _label(ask: dict) -> str | None:
 
 
 def _parked(redis_port: int, ask_ids: list[str], timeout: float = 10) -> None:
-    """Every long-poll has joined its ask's group in Redis."""
+    """Every long-poll's process has subscribed to its ask's channel in Redis (askcards.bus)."""
     import redis
 
     client = redis.Redis(port=redis_port, socket_timeout=2)
+    channels = [f"askcards:0:ask.{a}" for a in ask_ids]
     try:
-        _until(lambda: all(client.zcard(f"asgi:group:askcards.ask.{a}") for a in ask_ids), timeout,
-               "the long-polls never joined their groups")
+        _until(lambda: all(count for _, count in client.pubsub_numsub(*channels)), timeout,
+               "the long-polls' processes never subscribed to their asks")
     finally:
         client.close()
 
@@ -400,8 +401,8 @@ REDIS_WAKE_WITHIN = 4  # seconds from an answer (or Redis's return) to the waite
 def test_redis_restart_wakes_every_waiter_and_loses_nothing(deployment):
     """Long-polls parked on A; Redis is killed, two asks are answered on B meanwhile (their wakes
     are lost), an empty Redis starts on the same port, the rest are answered on B. Every waiter
-    returns the answer within seconds, not at its timeout: a long-poll that lost the layer
-    re-reads and joins its groups again. A long-poll begun while Redis is down works too."""
+    returns the answer within seconds, not at its timeout: a long-poll whose process lost the bus
+    re-reads, and the process subscribes again. A long-poll begun while Redis is down works too."""
     d = deployment
     client = Client(d, "ou_redis")
     ask_ids = [client.create(server) for server in ("a", "b") * 3]
@@ -423,7 +424,7 @@ def test_redis_restart_wakes_every_waiter_and_loses_nothing(deployment):
     time.sleep(REDIS_DOWN_SECONDS)
     d.redis.start()
     back_at = time.monotonic()
-    time.sleep(1.5)  # the waiters notice Redis is back and join their groups again
+    time.sleep(1.5)  # the processes notice Redis is back and subscribe again
     for ask_id in [*ask_ids[2:], late_ask]:
         answered_at[ask_id] = time.monotonic()
         assert client.answer("b", ask_id, f"after-{ask_id[-4:]}")

@@ -1,7 +1,7 @@
 """MCP across processes: two ``manage.py serve`` processes on one PostgreSQL database and one Redis.
 
 Process A runs the worker, process B runs with ``--no-worker``; both have ``REDIS_URL`` (the
-channel layer) and ``DATABASE_URL``. The agent talks MCP with the official SDK client; alice
+bus) and ``DATABASE_URL``. The agent talks MCP with the official SDK client; alice
 answers on her panel socket on process B (signed in through B's ``/login/``). Each test proves
 that something started on one process is finished by what happens on the other:
 
@@ -69,8 +69,8 @@ def call_params(*, task: bool = False) -> dict:
 def parked_signal():
     """A progress callback for a blocking request, and a bounded wait for its first call.
 
-    A parked request sends its first progress notification right after it has joined its
-    channel-layer groups (the ask's and, for tools/call, its cancel group), so from then on a wake
+    A parked request sends its first progress notification right after its process has
+    subscribed to its keys (the ask's and, for tools/call, its cancel key), so from then on a wake
     from another process reaches it; no sleep guesses when that is."""
     parked = asyncio.Event()
     messages: list[str] = []
@@ -151,7 +151,7 @@ def test_task_created_on_a_is_completed_by_an_answer_on_b_and_read_on_both(clust
 
 def test_blocking_call_parked_on_a_is_woken_by_an_answer_on_b(cluster):
     """The SDK's own ``call_tool`` on A stays open; the answer on B's panel reaches it through the
-    Redis channel layer within seconds (its deadline is ten minutes away)."""
+    Redis bus within seconds (its deadline is ten minutes away)."""
     query = web_session("blocking")
 
     async def scenario():
@@ -191,7 +191,7 @@ def test_cancel_notification_sent_to_b_cancels_the_call_parked_on_a(cluster, pg_
     the SDK client's own dispatcher with a caller-chosen ``request_id`` (a string that cannot
     collide with the dispatcher's integer ids), rather than guessing the integer the SDK mints.
     The cancel is posted once the call's first progress notification has arrived (``parked_signal``):
-    a cancel sent before the call on A has joined its cancel group would reach nobody.
+    a cancel sent before A has subscribed to the call's cancel key would reach nobody.
     """
     query = web_session("cancel")
     request_id = f"scale-cancel-{secrets.token_hex(4)}"

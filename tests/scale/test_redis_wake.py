@@ -1,7 +1,7 @@
 """A long-poll in one process is woken by an answer committed in another, through Redis (SPEC §8).
 
 ``manage.py serve --no-worker`` runs with REDIS_URL; a client long-polls ``/asks/<id>/wait`` with
-a 20 s timeout; once the poll is parked (its channel is in the ask's Redis group), a separate
+a 20 s timeout; once the poll is parked (its process subscribed to the ask's Redis channel), a separate
 race_actor process answers. The poll must return the answered ask within seconds: without a wake
 crossing processes it could only return at its timeout.
 """
@@ -30,15 +30,15 @@ def server(redis_env, tmp_path_factory):
 
 
 def _wait_until_parked(ask_id: str, timeout: float = 10) -> None:
-    """The long-poll has subscribed its channel to the ask's group in Redis."""
+    """The long-poll's process has subscribed to the ask's channel in Redis (askcards.bus)."""
     import redis
 
     client = redis.Redis(host=harness.REDIS_HOST, port=harness.REDIS_PORT, db=REDIS_DB, socket_timeout=2)
-    key = f"asgi:group:askcards.ask.{ask_id}"
+    channel = f"askcards:{REDIS_DB}:ask.{ask_id}"
     deadline = time.monotonic() + timeout
     try:
-        while not client.zcard(key):
-            assert time.monotonic() < deadline, f"the long-poll never joined {key}"
+        while not client.pubsub_numsub(channel)[0][1]:
+            assert time.monotonic() < deadline, f"the long-poll's process never subscribed to {channel}"
             time.sleep(0.05)
     finally:
         client.close()
