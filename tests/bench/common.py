@@ -11,7 +11,8 @@ the machine did right then: wall time well above the process CPU means other pro
 cores. A load average above ``BUSY_LOAD_PER_CORE`` per core at the start prints "machine not
 idle: figures not quotable".
 
-``run_rounds`` runs a benchmark's whole measurement N times (each round builds its own servers),
+``run_rounds`` runs a benchmark's whole measurement N times (each round builds its own servers,
+after waiting up to ``SETTLE_SECONDS`` for the load the round before left to decay),
 each round returning its figures (``Figure``: name, value, unit, optionally a ``Target``), and
 prints them in one table: min / median / max over the rounds, each target beside the median,
 met or missed on the median.
@@ -86,6 +87,20 @@ class Machine:
     def busy(self) -> bool:
         """The 1-minute load average above BUSY_LOAD_PER_CORE per core."""
         return self.load[0] > BUSY_LOAD_PER_CORE * self.cores
+
+
+SETTLE_SECONDS = 180  # the longest a round waits for the load its predecessor left to decay
+
+
+def settle(limit: float = SETTLE_SECONDS, every: float = 5.0) -> float:
+    """Wait until the 1-minute load average is at most BUSY_LOAD_PER_CORE per core, for at most
+    ``limit`` seconds; the seconds waited. A round leaves its own load behind (the average decays
+    by half in about 42 s), which the next round's start would otherwise read as a busy machine."""
+    cores = os.cpu_count() or 1
+    started = time.monotonic()
+    while os.getloadavg()[0] > BUSY_LOAD_PER_CORE * cores and time.monotonic() - started < limit:
+        time.sleep(every)
+    return time.monotonic() - started
 
 
 def read_machine() -> Machine:
@@ -273,11 +288,14 @@ def run_rounds(title: str, rounds: int, measure: Callable[[int], list[Figure]], 
     try:
         for index in range(rounds):
             if index:
+                waited = settle()
                 machine = read_machine()
             if rounds > 1:
                 say()
                 say(f"##### {word} {index + 1} of {rounds}")
                 if index:
+                    if waited >= 1:
+                        say(f"waited {waited:.0f} s for the load of the {word} before to decay")
                     say(machine_line(f"at the start of {word} {index + 1}", machine))
                     if machine.busy:
                         say(busy_warning(machine))

@@ -3,6 +3,7 @@ judged on the median, the machine's idle warning and the build's commit. Someone
 runs' figures reads exactly these lines."""
 from __future__ import annotations
 
+import os
 import subprocess
 
 import pytest
@@ -35,7 +36,17 @@ def quiet_machine(monkeypatch: pytest.MonkeyPatch) -> list[float]:
 
     monkeypatch.setattr(common, "read_machine", read)
     monkeypatch.setattr(common, "build_line", lambda: "build: commit test")
+    monkeypatch.setattr(common, "settle", lambda: 0.0)
     return loads
+
+
+def test_a_round_waits_for_the_load_its_predecessor_left_and_no_longer_than_its_bound(monkeypatch):
+    cores = os.cpu_count() or 1
+    decaying = iter([3.0 * cores, 2.0 * cores, 0.1 * cores])
+    monkeypatch.setattr(common.os, "getloadavg", lambda: (next(decaying), 0.0, 0.0))
+    assert common.settle(limit=10, every=0.01) < 1  # waited for two readings, then went on
+    monkeypatch.setattr(common.os, "getloadavg", lambda: (4.0 * cores, 0.0, 0.0))
+    assert 0.2 <= common.settle(limit=0.2, every=0.05) < 1  # a machine that stays busy: the bound
 
 
 def test_the_summary_gives_min_median_max_and_judges_each_target_on_the_median(quiet_machine, capsys):
