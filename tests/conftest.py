@@ -184,6 +184,13 @@ def uses_database(item) -> bool:
         name in getattr(item, "fixturenames", ()) for name in DATABASE_FIXTURES)
 
 
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto`` (pyproject): two workers per core, at most 16. Half of the suite's wall time is
+    spent waiting (on servers it started, host CLIs, timers of the lifecycle): with one worker per
+    core a 2-core machine sat half idle (9.5 minutes, 48 % CPU); with two it runs in under 7."""
+    return min(16, 2 * (os.cpu_count() or 1))
+
+
 def pytest_itemcollected(item):
     """The test command runs on pytest-xdist with ``--dist loadgroup`` (pyproject). The multi-process
     tests in tests/scale each start several servers and workers against PostgreSQL and Redis: they
