@@ -75,7 +75,7 @@ def _history_add(username: str, ask_id: str) -> dict | None:
 def _answer(username: str, ask_id: str, answers) -> services.AnswerOutcome | str | None:
     """Answer one of this user's question asks; None when it is not theirs (or does not exist),
     an error text when it is a DingTalk form (answered by ``dingtalk_form_result``)."""
-    ask = selectors.unique_row(selectors.panel_asks(username).select_related("session").filter(pk=ask_id))
+    ask = selectors.panel_ask(username=username, ask_id=ask_id)
     if ask is None:
         return None
     if ask.tool == dt.NAME:

@@ -11,7 +11,7 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.db import models
-from django.db.models import QuerySet
+from django.db.models import QuerySet, prefetch_related_objects
 from django.db.models.functions import Coalesce
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
@@ -154,7 +154,8 @@ def forget_active_bots(**kwargs: Any) -> None:
 
 
 def ask_get(*, agent: Agent, ask_id: str) -> Ask:
-    ask = Ask.objects.select_related("session").filter(agent=agent, id=ask_id).first()
+    """This agent's ask with its session (``db.statements.agent_ask``: every woken wait reads it)."""
+    ask = statements.agent_ask(agent_id=agent.pk, ask_id=ask_id)
     if ask is None:
         raise NotFound(f"no ask {ask_id!r} (expected an ask id of this agent, like q_<32 hex>)")
     return ask
@@ -527,8 +528,13 @@ def _panel_rows(queryset: QuerySet[Ask]) -> QuerySet[Ask]:
 
 
 def panel_ask(*, username: str, ask_id: str) -> Ask | None:
-    """One ask this user's panel may see, with its session, agent and respondents; None otherwise."""
-    return unique_row(_panel_rows(panel_asks(username).filter(pk=ask_id)))
+    """One ask this user's panel may see (``panel_asks``), with its session and agent; None
+    otherwise. One statement (``db.statements.panel_ask``: every panel answer, history line and
+    shown ask reads it); the respondents are read only when a DingTalk form's are needed."""
+    ask = statements.panel_ask(username=username, ask_id=ask_id)
+    if ask is not None and ask.tool == DINGTALK_TOOL:
+        prefetch_related_objects([ask], "respondents")  # panel_respondent reads them
+    return ask
 
 
 def panel_asks_by_id(*, username: str, ask_ids: list[str]) -> list[Ask]:

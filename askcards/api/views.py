@@ -132,13 +132,13 @@ class AgentRecoverApi(APIView):
 
 def _ask_now(agent, ask_id: str, *, final: bool, deliver: bool, shape: Callable[[Ask], Any]) -> Any:
     """The ask as it is now, rendered by ``shape``; None while it is still open and the caller
-    may keep waiting (``final`` False: a parked wait's re-read, which reads only the status).
+    may keep waiting (``final`` False: a parked wait's re-read).
 
     ``deliver`` (POST only): a terminal ask's result in this response counts as handed to its
     agent (services.ask_result_returned: not webhooked again, its retention clock starts)."""
-    if not final and selectors.ask_is_open(agent=agent, ask_id=ask_id):
+    ask = selectors.ask_get(agent=agent, ask_id=ask_id)  # one statement, whether open or not
+    if not final and ask.is_open:
         return None
-    ask = selectors.ask_get(agent=agent, ask_id=ask_id)
     if deliver:
         services.ask_result_returned(ask=ask)
     return shape(ask)
@@ -146,10 +146,11 @@ def _ask_now(agent, ask_id: str, *, final: bool, deliver: bool, shape: Callable[
 
 def _ask_waited(agent, ask_id: str, *, wait: int, deliver: bool, shape: Callable[[Ask], Any]) -> Response:
     """This agent's ask in a response; while it is open and the client waits, a long-poll on it.
-    Parking reads only the ask's status: the ask itself is read and rendered when the wait answers
-    (or when this response renders, under a server without ``LongPollApp``: ``LongPollResponse``).
-    A client that waits by sending the wait again every minute costs two status reads and one
-    rendering a minute."""
+    Parking reads only the ask's status; each re-read of the parked wait (after registering, after
+    a wake) reads the ask, one statement, and renders it once it has ended (or when this response
+    renders, under a server without ``LongPollApp``: ``LongPollResponse``). A client that waits by
+    sending the wait again every minute costs a status read, two reads of the ask and one rendering
+    a minute."""
 
     def now(final: bool) -> Any:
         return _ask_now(agent, ask_id, final=final, deliver=deliver, shape=shape)

@@ -136,6 +136,21 @@ def _field_names(model: type[models.Model]) -> tuple[str, ...]:
     return tuple(field.name for field in model._meta.concrete_fields)
 
 
+def _columns(connection: BaseDatabaseWrapper, model: type[models.Model], table: str) -> str:
+    """Every concrete column of ``model`` as read from ``table`` (an alias), in field order."""
+    return ", ".join(f"{table}.{quote(connection, column(field))}" for field in model._meta.concrete_fields)
+
+
+def _rows_of(connection: BaseDatabaseWrapper, row: Any, *models_: type[models.Model]) -> list[Any]:
+    """One instance per model from a row that holds every concrete column of each, in turn."""
+    instances, at = [], 0
+    for model in models_:
+        names = _field_names(model)
+        instances.append(_instance(model, connection, names, row[at:at + len(names)]))
+        at += len(names)
+    return instances
+
+
 def clicked_ask(*, ask_id: str, bot_id: int, platform: str, message_id: str) -> tuple[Any, Any]:
     """One read for a card click: the ask (of a session of bot ``bot_id``) with its ``session``,
     and the progress card whose message ``message_id`` of ``platform`` was clicked, if any.
@@ -149,15 +164,8 @@ def clicked_ask(*, ask_id: str, bot_id: int, platform: str, message_id: str) -> 
         row = cursor.fetchone()
     if row is None:
         return None, None
-    names = (_field_names(Ask), _field_names(Session), _field_names(ProgressCard))
-    ask_values, rest = row[: len(names[0])], row[len(names[0]):]
-    session_values, card_values = rest[: len(names[1])], rest[len(names[1]):]
-    ask = _instance(Ask, connection, names[0], ask_values)
-    ask.session = _instance(Session, connection, names[1], session_values)
-    card = None
-    if card_values[0] is not None:  # the card's id: NULL when the message matched no card
-        card = _instance(ProgressCard, connection, names[2], card_values)
-    return ask, card
+    ask, ask.session, card = _rows_of(connection, row, Ask, Session, ProgressCard)
+    return ask, (None if card.pk is None else card)  # the card's columns are NULL when the message matched none
 
 
 @functools.lru_cache(maxsize=None)
@@ -166,12 +174,9 @@ def _clicked_ask_sql(alias: str) -> str:
 
     connection = connections[alias]
     q = functools.partial(quote, connection)
-
-    def columns(model: type[models.Model], table: str) -> str:
-        return ", ".join(f"{table}.{q(column(field))}" for field in model._meta.concrete_fields)
-
     return (
-        f"SELECT {columns(Ask, 'a')}, {columns(Session, 's')}, {columns(ProgressCard, 'c')} "
+        f"SELECT {_columns(connection, Ask, 'a')}, {_columns(connection, Session, 's')}, "
+        f"{_columns(connection, ProgressCard, 'c')} "
         f"FROM {q(Ask._meta.db_table)} a INNER JOIN {q(Session._meta.db_table)} s ON s.{q('id')} = a.{q('session_id')} "
         # message_id <> '': the condition of the unique (platform, message_id) index, so a plan
         # made without the values can still use it.
@@ -179,6 +184,76 @@ def _clicked_ask_sql(alias: str) -> str:
         f"AND m.{q('message_id')} = %s AND m.{q('message_id')} <> '' "
         f"LEFT OUTER JOIN {q(ProgressCard._meta.db_table)} c ON c.{q('id')} = m.{q('progress_card_id')} "
         f"WHERE a.{q('id')} = %s AND s.{q('bot_id')} = %s LIMIT 1"
+    )
+
+
+def agent_ask(*, agent_id: int, ask_id: str) -> Any:
+    """Agent ``agent_id``'s ask ``ask_id`` with its ``session``, or None: what a woken long-poll,
+    MCP call or task-result wait reads (``selectors.ask_get``). As ORM code (``select_related``)
+    its compiling cost more than the database's work, on every wake (bench_longpoll)."""
+    from askcards.models import Ask, Session
+
+    connection = _connection_for(Ask)
+    with connection.cursor() as cursor:
+        cursor.execute(_agent_ask_sql(connection.alias), [ask_id, agent_id])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    ask, ask.session = _rows_of(connection, row, Ask, Session)
+    return ask
+
+
+@functools.lru_cache(maxsize=None)
+def _agent_ask_sql(alias: str) -> str:
+    from askcards.models import Ask, Session
+
+    connection = connections[alias]
+    q = functools.partial(quote, connection)
+    return (
+        f"SELECT {_columns(connection, Ask, 'a')}, {_columns(connection, Session, 's')} "
+        f"FROM {q(Ask._meta.db_table)} a INNER JOIN {q(Session._meta.db_table)} s ON s.{q('id')} = a.{q('session_id')} "
+        f"WHERE a.{q('id')} = %s AND a.{q('agent_id')} = %s LIMIT 1"
+    )
+
+
+def panel_ask(*, username: str, ask_id: str) -> Any:
+    """Ask ``ask_id`` with its ``session`` and ``agent`` when the panel of web user ``username``
+    may see it (a session naming them, of an agent that granted them), else None; its respondents
+    are not read (``ask.respondents`` reads them when a DingTalk form needs them). Read for every
+    panel answer, its history line and every ask shown: as ORM code (the grant's joins, a prefetch)
+    the panel's largest share of CPU per answer (bench_longpoll)."""
+    from askcards.models import Agent, Ask, Session
+
+    connection = _connection_for(Ask)
+    with connection.cursor() as cursor:
+        cursor.execute(_panel_ask_sql(connection.alias), [ask_id, username, username])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    ask, ask.session, ask.agent = _rows_of(connection, row, Ask, Session, Agent)
+    return ask
+
+
+@functools.lru_cache(maxsize=None)
+def _panel_ask_sql(alias: str) -> str:
+    from django.contrib.auth import get_user_model
+
+    from askcards.models import Agent, Ask, Session
+
+    connection = connections[alias]
+    q = functools.partial(quote, connection)
+    grants = Agent.web_users.field
+    users = get_user_model()
+    username = users._meta.get_field(users.USERNAME_FIELD)
+    return (
+        f"SELECT {_columns(connection, Ask, 'a')}, {_columns(connection, Session, 's')}, "
+        f"{_columns(connection, Agent, 'g')} "
+        f"FROM {q(Ask._meta.db_table)} a INNER JOIN {q(Session._meta.db_table)} s ON s.{q('id')} = a.{q('session_id')} "
+        f"INNER JOIN {q(Agent._meta.db_table)} g ON g.{q('id')} = a.{q('agent_id')} "
+        f"WHERE a.{q('id')} = %s AND s.{q('web_user')} = %s AND EXISTS (SELECT 1 FROM "
+        f"{q(grants.m2m_db_table())} w INNER JOIN {q(users._meta.db_table)} u "
+        f"ON u.{q(column(users._meta.pk))} = w.{q(grants.m2m_reverse_name())} "
+        f"WHERE w.{q(grants.m2m_column_name())} = a.{q('agent_id')} AND u.{q(column(username))} = %s) LIMIT 1"
     )
 
 

@@ -251,6 +251,34 @@ def test_clicked_ask_without_the_card_or_of_another_bot(feishu_ask, feishu_sessi
         None, None)
 
 
+def same_row(read, expected) -> bool:
+    return [getattr(read, f.attname) for f in type(expected)._meta.concrete_fields] == [
+        getattr(expected, f.attname) for f in type(expected)._meta.concrete_fields]
+
+
+def test_agent_ask_reads_the_agents_ask_with_its_session_and_nobody_elses(feishu_ask, feishu_session, other_agent):
+    ask = statements.agent_ask(agent_id=feishu_ask.agent_id, ask_id=feishu_ask.pk)
+    assert same_row(ask, Ask.objects.get(pk=feishu_ask.pk)) and ask.questions == [{"question": "数据库？"}]
+    assert same_row(ask.session, feishu_session)
+    assert statements.agent_ask(agent_id=other_agent.pk, ask_id=feishu_ask.pk) is None
+    assert statements.agent_ask(agent_id=feishu_ask.agent_id, ask_id="q_missing") is None
+
+
+def test_panel_ask_reads_an_ask_only_for_the_granted_web_user_its_session_names(agent, other_agent, web_session):
+    ask = new_ask(web_session, surfaces=["web"], sender_id="alice")
+    read = statements.panel_ask(username="alice", ask_id=ask.pk)
+    assert same_row(read, ask) and same_row(read.session, web_session) and same_row(read.agent, agent)
+    assert statements.panel_ask(username="bob", ask_id=ask.pk) is None  # granted, but not the session's person
+    assert statements.panel_ask(username="alice", ask_id="q_missing") is None
+    # bob's session of agent-b, which bob is granted; revoked, the ask is no longer his panel's
+    bobs, _ = services.session_upsert(agent=other_agent, key="web/bob", platform="web", web_user="bob", user_id="bob")
+    his = new_ask(bobs, surfaces=["web"], sender_id="bob")
+    assert statements.panel_ask(username="bob", ask_id=his.pk).agent == other_agent
+    services.agent_revoke(agent=other_agent, username="bob", actor="test")
+    assert statements.panel_ask(username="bob", ask_id=his.pk) is None
+    assert statements.panel_ask(username="alice", ask_id=his.pk) is None
+
+
 def card_asks(session_ids, pending=5, withdrawn=5):
     return statements.card_asks(session_ids, pending=pending, withdrawn_reasons=("host_gone", "caller_gone"),
                                 withdrawn=withdrawn)
