@@ -22,7 +22,7 @@ The young generations keep CPython's thresholds: most objects a request makes di
 larger first generation only made each of its collections longer (measured: 40–110 ms each at
 50,000). At 10,000 waiters over two processes a full collection still takes 0.4–1.6 s, now every
 40–60 s instead of every few seconds: fewer objects per parked waiter is what shortens it
-(tests/bench/README.md, "The collector's pauses").
+(bench_scaleout).
 """
 from __future__ import annotations
 

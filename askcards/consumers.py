@@ -34,7 +34,7 @@ INBOX_LIMIT = 1000
 # The panel sockets' own database threads: not Channels' ``database_sync_to_async``, which is
 # thread-sensitive (daphne gives consumers no context of their own), so every socket of a process
 # ran its reads and answers on ONE thread, one after another — at a thousand sockets a process,
-# wakes queued for seconds (tests/bench/README.md, bench_scaleout). Apart from the request pool,
+# wakes queued for seconds (bench_scaleout). Apart from the request pool,
 # so a thousand sockets' heartbeats never queue ahead of long-polls and MCP calls, nor those ahead
 # of an answer. With the default pool's min(32, cores + 4) threads and the one thread Channels'
 # auth uses at connect, that is ASKCARDS_DB_POOL_MAX (10) connections on 2 cores.
@@ -93,7 +93,7 @@ class PanelBeat:
     ``HEARTBEAT_SECONDS`` for all of them, and ``PUSH_GRACE_SECONDS`` later a second look at the
     sockets that differed from the database (``PanelView.suspects``). One beat per socket was a
     presence write and two reads per socket every 30 s: at 2000 sockets a process, 67 round trips a
-    second that pushes queued behind (tests/bench/README.md, bench_scaleout).
+    second that pushes queued behind (bench_scaleout).
 
     The task runs while sockets are joined, on their event loop. A server has one loop; tests run
     one each, and a socket a test left open belongs to a loop that is gone: a join on another

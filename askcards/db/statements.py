@@ -1,9 +1,10 @@
 """Every hand-written SQL statement of askcards, with the one way a name is quoted in them.
 
 The ORM writes every other statement. A statement is written out only where that was measured to
-matter on a hot path, against the ORM code it replaces (``tests/bench/bench_statements.py``; the
-figures, and the statements that went back to the ORM for gaining less than about 5 % of their
-path, are in tests/bench/README.md, section "bench_statements.py"). Each function builds its text once
+matter on a hot path, against the ORM code it replaces (``tests/bench/bench_statements.py`` and,
+for the reads of a wake, ``bench_longpoll``): about 5 % of its path's CPU or more; below that it
+goes back to the ORM (the rule, and the list, in tests/bench/README.md; the figures each was
+decided on, in that file's git history). Each function builds its text once
 per database (cached by the connection's alias) and runs it on that connection; names in the text
 go through ``quote`` only.
 """
@@ -96,8 +97,7 @@ def _receipt_sql(alias: str) -> str:
 
 # -------------------------------------------------------------------------------- hot reads
 # Reads on the click path, written out: the ORM spent ~0.8 ms of CPU compiling each query and
-# building its rows, several times what the database took (tests/bench/README.md, "The click
-# path's statements").
+# building its rows, several times what the database took (bench_statements).
 # Rows still come back as model instances, each value converted as the ORM converts what it reads.
 
 
@@ -343,40 +343,76 @@ def ask_close(
     ask) is added. False, with nothing written, when the ask was not in ``from_status``.
 
     PostgreSQL: one statement (data-modifying ``WITH`` parts, each gated on the ask's update),
-    where the ORM made three to five round trips inside every answer's transaction. Another
-    database: the same writes by the ORM (SQLite allows no UPDATE inside WITH)."""
+    where the ORM made three to five round trips inside every answer's transaction. SQLite, which
+    allows no UPDATE inside WITH: the same writes as a statement each, the later ones only when
+    the ask's update found its row (written out too: the ORM's compiling was most of their cost,
+    on every answer of the embedded default; bench_longpoll, bench_feishu_callback)."""
     from askcards.models import Ask, AskEvent, Respondent
 
     connection = _connection_for(Ask)
-    if connection.vendor != "postgresql":
-        if not Ask.objects.filter(pk=pk, status=from_status).update(**changes):
-            return False
-        pending = Respondent.objects.filter(ask_id=pk, status=Respondent.Status.PENDING)
-        if respondent is not None:
-            key, values = respondent
-            pending.filter(respondent_key=key).update(**values)
-        if missing:
-            pending.update(status=Respondent.Status.MISSING)
-        AskEvent.objects.create(ask_id=pk, **audit)
-        return True
-    params = [concrete_field(Ask, name).get_db_prep_save(value, connection) for name, value in changes.items()]
-    params += [pk, from_status]
+    ask_params = [concrete_field(Ask, name).get_db_prep_save(value, connection) for name, value in changes.items()]
+    ask_params += [pk, from_status]
+    answered_params: list[Any] = []
     if respondent is not None:
         key, new_values = respondent
-        params += [
+        answered_params = [
             concrete_field(Respondent, name).get_db_prep_save(value, connection) for name, value in new_values.items()
         ]
-        params += [key, Respondent.Status.PENDING]
-    if missing:
-        params += [Respondent.Status.MISSING, Respondent.Status.PENDING, respondent[0] if respondent else ""]
+        answered_params += [key, Respondent.Status.PENDING]
+    missing_params = [Respondent.Status.MISSING, Respondent.Status.PENDING, respondent[0] if respondent else ""]
     columns, audit_values = row_values(AskEvent, connection, ask_id=pk, **audit)
+    shape = (connection.alias, tuple(changes), tuple(respondent[1]) if respondent is not None else None, missing)
+    if connection.vendor != "postgresql":
+        ask_sql, answered_sql, missing_sql, audit_sql = _ask_close_steps_sql(*shape)
+        with connection.cursor() as cursor:
+            cursor.execute(ask_sql, ask_params)
+            if cursor.rowcount != 1:
+                return False
+            if answered_sql:
+                cursor.execute(answered_sql, [*answered_params[:-2], pk, *answered_params[-2:]])
+            if missing_sql:
+                cursor.execute(missing_sql, [missing_params[0], pk, *missing_params[1:]])
+            cursor.execute(audit_sql, audit_values)
+        return True
     del audit_values[columns.index("ask_id")]  # the updated row's id takes its place
-    sql = _ask_close_sql(
-        connection.alias, tuple(changes), tuple(respondent[1]) if respondent is not None else None, missing
-    )
+    params = ask_params + answered_params + (missing_params if missing else [])
     with connection.cursor() as cursor:
-        cursor.execute(sql, params + audit_values)
+        cursor.execute(_ask_close_sql(*shape), params + audit_values)
         return cursor.fetchone()[0] == 1
+
+
+@functools.lru_cache(maxsize=None)
+def _ask_close_steps_sql(alias: str, changes: tuple[str, ...], respondent: tuple[str, ...] | None,
+                         missing: bool) -> tuple[str, str, str, str]:
+    """``ask_close``'s statements one by one: the ask's update, the answering respondent's (or
+    ""), the other pending respondents' to missing (or ""), the audit row's insert."""
+    from askcards.models import Ask, AskEvent, Respondent
+
+    connection = connections[alias]
+    q = functools.partial(quote, connection)
+    respondent_table = q(Respondent._meta.db_table)
+    ask_sql = (
+        f"UPDATE {q(Ask._meta.db_table)} SET {', '.join(f'{q(column(concrete_field(Ask, name)))} = %s' for name in changes)} "
+        f"WHERE {q('id')} = %s AND {q('status')} = %s"
+    )
+    answered_sql = missing_sql = ""
+    if respondent is not None:
+        answered_sql = (
+            f"UPDATE {respondent_table} SET "
+            f"{', '.join(f'{q(column(concrete_field(Respondent, name)))} = %s' for name in respondent)} "
+            f"WHERE {q('ask_id')} = %s AND {q('respondent_key')} = %s AND {q('status')} = %s"
+        )
+    if missing:
+        missing_sql = (
+            f"UPDATE {respondent_table} SET {q('status')} = %s "
+            f"WHERE {q('ask_id')} = %s AND {q('status')} = %s AND {q('respondent_key')} <> %s"
+        )
+    fields = insert_fields(AskEvent)
+    audit_sql = (
+        f"INSERT INTO {q(AskEvent._meta.db_table)} ({', '.join(q(column(field)) for field in fields)}) "
+        f"VALUES ({', '.join(['%s'] * len(fields))})"
+    )
+    return ask_sql, answered_sql, missing_sql, audit_sql
 
 
 @functools.lru_cache(maxsize=None)
@@ -432,7 +468,7 @@ def outbox_event_insert(*, agent_id: int, **values: Any) -> None:
         # One statement bumps the counter and inserts the event: no round trip (and, under load,
         # no wait for the GIL) while this transaction holds the agent's row, which every answer to
         # the agent's asks needs. Split into the bump and the ORM's INSERT, 8 concurrent Feishu
-        # submits went 8–35 % slower (tests/bench/README.md). SQLite allows no UPDATE inside WITH,
+        # submits went 8–35 % slower (bench_statements --threads 8). SQLite allows no UPDATE inside WITH,
         # and runs one write transaction at a time anyway.
         columns, params = row_values(OutboxEvent, connection, **values)
         del params[columns.index("seq")]  # the bumped counter takes its place
@@ -623,7 +659,7 @@ def commit_without_flush_wait(model: type[models.Model]) -> None:
     (``SET LOCAL synchronous_commit TO OFF``). For soft state only — panel presence, rewritten
     every 30 s and trusted for 90 s: a database crash loses at most the last moment of heartbeats.
     At 2000 sockets on a PostgreSQL whose disk was busy, each presence UPDATE's own flush kept the
-    panel sockets' database threads waiting (tests/bench/README.md, bench_scaleout). Elsewhere a no-op."""
+    panel sockets' database threads waiting (bench_scaleout). Elsewhere a no-op."""
     connection = _connection_for(model)
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:

@@ -359,7 +359,7 @@ def audit(
     surface: str = "",
     detail: dict[str, Any] | None = None,
 ) -> None:
-    # By the ORM: a hand-written INSERT saved under 2 % of a Feishu submit (tests/bench/README.md).
+    # By the ORM: a hand-written INSERT saved under 2 % of a Feishu submit (bench_statements).
     AskEvent.objects.create(
         ask_id=ask.pk,
         kind=kind,

@@ -175,7 +175,7 @@ def callback_receipt(*, platform: str, event_id: str) -> bool:
     duplicate waits for the first and then records nothing. A hand-written statement
     (``db.statements.callback_receipt_insert``): the ORM's insert needed a savepoint to survive a
     duplicate; without it a Feishu submit costs about 7 % less CPU on PostgreSQL
-    (tests/bench/README.md, "The click path's statements").
+    (bench_statements).
     Receipts are kept for ``retention.CALLBACK_RECEIPT_TTL``, then pruned by
     ``retention.receipts_prune``."""
     return statements.callback_receipt_insert(platform=platform, event_id=event_id[:200], created_at=timezone.now())
