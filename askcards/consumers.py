@@ -102,29 +102,42 @@ class PanelBeat:
     def __init__(self) -> None:
         self.sockets: dict[str, PanelConsumer] = {}  # channel name → its consumer
         self.task: asyncio.Task | None = None
+        self.rereading: asyncio.Task | None = None
 
     def join(self, consumer: PanelConsumer) -> None:
         if self.task is not None and self.task.get_loop() is not asyncio.get_running_loop():
-            self.sockets, self.task = {}, None
+            self.sockets, self.task, self.rereading = {}, None, None
         self.sockets[consumer.channel_name] = consumer
         if self.task is None or self.task.done():
             self.task = asyncio.ensure_future(self._run())
 
     def leave(self, consumer: PanelConsumer) -> None:
         self.sockets.pop(consumer.channel_name, None)
-        if not self.sockets and self.task is not None:
-            self.task.cancel()
-            self.task = None
+        if not self.sockets:
+            for task in (self.task, self.rereading):
+                if task is not None:
+                    task.cancel()
+            self.task = self.rereading = None
+
+    def reread(self) -> None:
+        """The bus was lost or is back (``REREAD``: the hub hands one to every socket): the
+        sockets of this process catch up once now, not at the next beat up to
+        ``HEARTBEAT_SECONDS`` away, as the parked long-polls and MCP calls re-read at once."""
+        if self.sockets and (self.rereading is None or self.rereading.done()):
+            self.rereading = asyncio.ensure_future(self._catch_up(presence=False))
 
     async def _run(self) -> None:
         while True:
             await asyncio.sleep(web.HEARTBEAT_SECONDS)
-            await self.beat(list(self.sockets.values()), presence=True)
-            # What differed is looked at again once a push under way has had time to arrive.
-            suspected = [c for c in self.sockets.values() if c.view.suspects]
-            if suspected:
-                await asyncio.sleep(web.PUSH_GRACE_SECONDS)
-                await self.beat([c for c in suspected if self.sockets.get(c.channel_name) is c], presence=False)
+            await self._catch_up(presence=True)
+
+    async def _catch_up(self, *, presence: bool) -> None:
+        await self.beat(list(self.sockets.values()), presence=presence)
+        # What differed is looked at again once a push under way has had time to arrive.
+        suspected = [c for c in self.sockets.values() if c.view.suspects]
+        if suspected:
+            await asyncio.sleep(web.PUSH_GRACE_SECONDS)
+            await self.beat([c for c in suspected if self.sockets.get(c.channel_name) is c], presence=False)
 
     async def beat(self, consumers: list[PanelConsumer], *, presence: bool) -> None:
         if not consumers:
@@ -171,9 +184,11 @@ class PanelConsumer(AsyncJsonWebsocketConsumer):
                 HUB.unregister(self.key, self)
 
     def deliver(self, message: dict[str, Any]) -> None:
-        """A push from the hub. A ``REREAD`` (the bus was lost or is back) is the heartbeat's to
-        act on; past the inbox's bound the oldest push is dropped, and the heartbeat catches up."""
+        """A push from the hub. A ``REREAD`` (the bus was lost or is back) has every socket of
+        the process catch up at once (``PanelBeat.reread``); past the inbox's bound the oldest push
+        is dropped, and the heartbeat catches up."""
         if message.get("type") == REREAD:
+            panel_beat.reread()
             return
         if self.inbox.full():  # the oldest goes: the newest push is the one most likely still true
             self.inbox.get_nowait()

@@ -237,3 +237,24 @@ async def test_panel_catches_up_on_pushes_it_never_got(web_surface, agent, web_s
     assert cancelled["reason"] == "submitted"
     assert await panel.receive_nothing(timeout=0.6)  # three more beats: nothing said twice
     await panel.disconnect()
+
+
+async def test_a_bus_lost_or_back_has_the_panel_catch_up_at_once(web_surface, agent, web_session, users, monkeypatch):
+    """What was published while the bus was away reached no process: when it is lost and when it
+    is back (the hub's REREAD to every member), the panel sockets catch up at once, as the parked
+    long-polls re-read, not at their next heartbeat half a minute later."""
+    from askcards.hub import HUB, REREAD
+    from askcards.surfaces import web
+
+    monkeypatch.setattr(web, "PUSH_GRACE_SECONDS", 0.05)
+    assert web.HEARTBEAT_SECONDS >= 30
+    panel = await _panel(users[0])
+    monkeypatch.setattr(web.WebSurface, "_push", lambda self, ask, message: None)  # the bus is away: lost
+    unseen = await _ask(agent, web_session)
+    assert await panel.receive_nothing(timeout=0.5)
+
+    HUB.broadcast({"type": REREAD})  # the bus is back
+    message = await panel.receive_json_from(timeout=5)
+    assert (message["type"], message["requestId"]) == ("ask_user_questions", unseen.ask.id)
+    assert await panel.receive_nothing(timeout=0.5)
+    await panel.disconnect()
