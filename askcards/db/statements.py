@@ -151,6 +151,20 @@ def _rows_of(connection: BaseDatabaseWrapper, row: Any, *models_: type[models.Mo
     return instances
 
 
+def _ask_and_session(connection: BaseDatabaseWrapper, *more: tuple[type[models.Model], str]) -> str:
+    """``SELECT`` every column of an ask (``a``), its session (``s``) and each of ``more`` (a model
+    and its alias, joined by the caller) ``FROM`` the ask joined to its session."""
+    from askcards.models import Ask, Session
+
+    q = functools.partial(quote, connection)
+    tables: tuple[tuple[type[models.Model], str], ...] = ((Ask, "a"), (Session, "s"), *more)
+    columns = [_columns(connection, model, alias) for model, alias in tables]
+    return (
+        f"SELECT {', '.join(columns)} FROM {q(Ask._meta.db_table)} a "
+        f"INNER JOIN {q(Session._meta.db_table)} s ON s.{q('id')} = a.{q('session_id')} "
+    )
+
+
 def clicked_ask(*, ask_id: str, bot_id: int, platform: str, message_id: str) -> tuple[Any, Any]:
     """One read for a card click: the ask (of a session of bot ``bot_id``) with its ``session``,
     and the progress card whose message ``message_id`` of ``platform`` was clicked, if any.
@@ -170,17 +184,15 @@ def clicked_ask(*, ask_id: str, bot_id: int, platform: str, message_id: str) -> 
 
 @functools.lru_cache(maxsize=None)
 def _clicked_ask_sql(alias: str) -> str:
-    from askcards.models import Ask, CardMessage, ProgressCard, Session
+    from askcards.models import CardMessage, ProgressCard
 
     connection = connections[alias]
     q = functools.partial(quote, connection)
     return (
-        f"SELECT {_columns(connection, Ask, 'a')}, {_columns(connection, Session, 's')}, "
-        f"{_columns(connection, ProgressCard, 'c')} "
-        f"FROM {q(Ask._meta.db_table)} a INNER JOIN {q(Session._meta.db_table)} s ON s.{q('id')} = a.{q('session_id')} "
+        _ask_and_session(connection, (ProgressCard, "c"))
         # message_id <> '': the condition of the unique (platform, message_id) index, so a plan
         # made without the values can still use it.
-        f"LEFT OUTER JOIN {q(CardMessage._meta.db_table)} m ON m.{q('platform')} = %s AND m.{q('bot_id')} = %s "
+        + f"LEFT OUTER JOIN {q(CardMessage._meta.db_table)} m ON m.{q('platform')} = %s AND m.{q('bot_id')} = %s "
         f"AND m.{q('message_id')} = %s AND m.{q('message_id')} <> '' "
         f"LEFT OUTER JOIN {q(ProgressCard._meta.db_table)} c ON c.{q('id')} = m.{q('progress_card_id')} "
         f"WHERE a.{q('id')} = %s AND s.{q('bot_id')} = %s LIMIT 1"
@@ -205,15 +217,9 @@ def agent_ask(*, agent_id: int, ask_id: str) -> Any:
 
 @functools.lru_cache(maxsize=None)
 def _agent_ask_sql(alias: str) -> str:
-    from askcards.models import Ask, Session
-
     connection = connections[alias]
     q = functools.partial(quote, connection)
-    return (
-        f"SELECT {_columns(connection, Ask, 'a')}, {_columns(connection, Session, 's')} "
-        f"FROM {q(Ask._meta.db_table)} a INNER JOIN {q(Session._meta.db_table)} s ON s.{q('id')} = a.{q('session_id')} "
-        f"WHERE a.{q('id')} = %s AND a.{q('agent_id')} = %s LIMIT 1"
-    )
+    return _ask_and_session(connection) + f"WHERE a.{q('id')} = %s AND a.{q('agent_id')} = %s LIMIT 1"
 
 
 def panel_ask(*, username: str, ask_id: str) -> Any:
@@ -238,18 +244,16 @@ def panel_ask(*, username: str, ask_id: str) -> Any:
 def _panel_ask_sql(alias: str) -> str:
     from django.contrib.auth import get_user_model
 
-    from askcards.models import Agent, Ask, Session
+    from askcards.models import Agent
 
     connection = connections[alias]
     q = functools.partial(quote, connection)
     grants = Agent.web_users.field
     users = get_user_model()
-    username = users._meta.get_field(users.USERNAME_FIELD)
+    username = concrete_field(users, users.USERNAME_FIELD)
     return (
-        f"SELECT {_columns(connection, Ask, 'a')}, {_columns(connection, Session, 's')}, "
-        f"{_columns(connection, Agent, 'g')} "
-        f"FROM {q(Ask._meta.db_table)} a INNER JOIN {q(Session._meta.db_table)} s ON s.{q('id')} = a.{q('session_id')} "
-        f"INNER JOIN {q(Agent._meta.db_table)} g ON g.{q('id')} = a.{q('agent_id')} "
+        _ask_and_session(connection, (Agent, "g"))
+        + f"INNER JOIN {q(Agent._meta.db_table)} g ON g.{q('id')} = a.{q('agent_id')} "
         f"WHERE a.{q('id')} = %s AND s.{q('web_user')} = %s AND EXISTS (SELECT 1 FROM "
         f"{q(grants.m2m_db_table())} w INNER JOIN {q(users._meta.db_table)} u "
         f"ON u.{q(column(users._meta.pk))} = w.{q(grants.m2m_reverse_name())} "
