@@ -373,9 +373,9 @@ def ask_close(
             if cursor.rowcount != 1:
                 return False
             if answered_sql:
-                cursor.execute(answered_sql, [*answered_params[:-2], pk, *answered_params[-2:]])
+                cursor.execute(answered_sql, [*answered_params, pk])
             if missing_sql:
-                cursor.execute(missing_sql, [missing_params[0], pk, *missing_params[1:]])
+                cursor.execute(missing_sql, [*missing_params, pk])
             cursor.execute(audit_sql, audit_values)
         return True
     del audit_values[columns.index("ask_id")]  # the updated row's id takes its place
@@ -385,64 +385,65 @@ def ask_close(
         return cursor.fetchone()[0] == 1
 
 
+def _close_updates(connection: BaseDatabaseWrapper, changes: tuple[str, ...], respondent: tuple[str, ...] | None,
+                   missing: bool, of_ask: str) -> tuple[str, str, str]:
+    """``ask_close``'s three UPDATEs, as both databases run them: the ask's (``changes``, then
+    its id and status), the answering respondent's (its ``respondent`` values, then its key and
+    status; "" when none) and the other pending respondents' to missing (status, status, key; ""
+    unless ``missing``). A respondent row belongs to the ask by ``ask_id {of_ask}``, last."""
+    from askcards.models import Ask, Respondent
+
+    q = functools.partial(quote, connection)
+
+    def assignments(model: type[models.Model], names: tuple[str, ...]) -> str:
+        return ", ".join(f"{q(column(concrete_field(model, name)))} = %s" for name in names)
+
+    respondent_table = q(Respondent._meta.db_table)
+    ask_sql = (f"UPDATE {q(Ask._meta.db_table)} SET {assignments(Ask, changes)} "
+               f"WHERE {q('id')} = %s AND {q('status')} = %s")
+    answered_sql = missing_sql = ""
+    if respondent is not None:
+        answered_sql = (f"UPDATE {respondent_table} SET {assignments(Respondent, respondent)} "
+                        f"WHERE {q('respondent_key')} = %s AND {q('status')} = %s AND {q('ask_id')} {of_ask}")
+    # Two parts of PostgreSQL's one statement must not update one row (each sees the rows as they
+    # were before it): the pending respondents that go missing leave out the one who answered.
+    if missing:
+        missing_sql = (f"UPDATE {respondent_table} SET {q('status')} = %s "
+                       f"WHERE {q('status')} = %s AND {q('respondent_key')} <> %s AND {q('ask_id')} {of_ask}")
+    return ask_sql, answered_sql, missing_sql
+
+
 @functools.lru_cache(maxsize=None)
 def _ask_close_steps_sql(alias: str, changes: tuple[str, ...], respondent: tuple[str, ...] | None,
                          missing: bool) -> tuple[str, str, str, str]:
-    """``ask_close``'s statements one by one: the ask's update, the answering respondent's (or
-    ""), the other pending respondents' to missing (or ""), the audit row's insert."""
-    from askcards.models import Ask, AskEvent, Respondent
+    """SQLite: ``ask_close``'s statements one by one, the three UPDATEs (the respondents' taking
+    the ask's id last) and the audit row's INSERT."""
+    from askcards.models import AskEvent
 
     connection = connections[alias]
     q = functools.partial(quote, connection)
-    respondent_table = q(Respondent._meta.db_table)
-    ask_sql = (
-        f"UPDATE {q(Ask._meta.db_table)} SET {', '.join(f'{q(column(concrete_field(Ask, name)))} = %s' for name in changes)} "
-        f"WHERE {q('id')} = %s AND {q('status')} = %s"
-    )
-    answered_sql = missing_sql = ""
-    if respondent is not None:
-        answered_sql = (
-            f"UPDATE {respondent_table} SET "
-            f"{', '.join(f'{q(column(concrete_field(Respondent, name)))} = %s' for name in respondent)} "
-            f"WHERE {q('ask_id')} = %s AND {q('respondent_key')} = %s AND {q('status')} = %s"
-        )
-    if missing:
-        missing_sql = (
-            f"UPDATE {respondent_table} SET {q('status')} = %s "
-            f"WHERE {q('ask_id')} = %s AND {q('status')} = %s AND {q('respondent_key')} <> %s"
-        )
     fields = insert_fields(AskEvent)
     audit_sql = (
         f"INSERT INTO {q(AskEvent._meta.db_table)} ({', '.join(q(column(field)) for field in fields)}) "
         f"VALUES ({', '.join(['%s'] * len(fields))})"
     )
-    return ask_sql, answered_sql, missing_sql, audit_sql
+    return (*_close_updates(connection, changes, respondent, missing, "= %s"), audit_sql)
 
 
 @functools.lru_cache(maxsize=None)
 def _ask_close_sql(alias: str, changes: tuple[str, ...], respondent: tuple[str, ...] | None, missing: bool) -> str:
-    from askcards.models import Ask, AskEvent, Respondent
+    """PostgreSQL: ``ask_close`` as one statement, each part gated on the ask's update (``won``)."""
+    from askcards.models import AskEvent
 
     connection = connections[alias]
     q = functools.partial(quote, connection)
-    ask_table, respondent_table = q(Ask._meta.db_table), q(Respondent._meta.db_table)
-    parts = [
-        f"won AS (UPDATE {ask_table} SET {', '.join(f'{q(column(concrete_field(Ask, name)))} = %s' for name in changes)} "
-        f"WHERE {q('id')} = %s AND {q('status')} = %s RETURNING {q('id')})"
-    ]
-    # Two parts must not update one row (each sees the rows as they were before the statement):
-    # the pending respondents that go missing leave out the one who answered.
-    if respondent is not None:
-        parts.append(
-            f"answered AS (UPDATE {respondent_table} SET "
-            f"{', '.join(f'{q(column(concrete_field(Respondent, name)))} = %s' for name in respondent)} "
-            f"WHERE {q('ask_id')} IN (SELECT {q('id')} FROM won) AND {q('respondent_key')} = %s AND {q('status')} = %s)"
-        )
-    if missing:
-        parts.append(
-            f"missing AS (UPDATE {respondent_table} SET {q('status')} = %s "
-            f"WHERE {q('ask_id')} IN (SELECT {q('id')} FROM won) AND {q('status')} = %s AND {q('respondent_key')} <> %s)"
-        )
+    ask_sql, answered_sql, missing_sql = _close_updates(
+        connection, changes, respondent, missing, f"IN (SELECT {q('id')} FROM won)")
+    parts = [f"won AS ({ask_sql} RETURNING {q('id')})"]
+    if answered_sql:
+        parts.append(f"answered AS ({answered_sql})")
+    if missing_sql:
+        parts.append(f"missing AS ({missing_sql})")
     fields = insert_fields(AskEvent)
     values = [
         f"won.{q('id')}" if field.name == "ask" else f"CAST(%s AS {field.cast_db_type(connection)})" for field in fields
