@@ -200,7 +200,8 @@ class Waiter:
         self.hub = hub or HUB
         self.keys: list[str] = []
         self.loop = asyncio.get_running_loop()
-        self._inbox: deque[dict[str, Any]] = deque(maxlen=INBOX_LIMIT)
+        # Made with the first message: a parked waiter, which has none yet, holds no deque.
+        self._inbox: deque[dict[str, Any]] | None = None
         self._woken: asyncio.Future[None] | None = None
 
     async def __aenter__(self) -> Waiter:
@@ -211,25 +212,39 @@ class Waiter:
         await self.hub.register(key, self)
 
     def deliver(self, message: dict[str, Any]) -> None:
+        if self._inbox is None:
+            self._inbox = deque(maxlen=INBOX_LIMIT)
         self._inbox.append(message)
+        self._wake()
+
+    def _wake(self, *_: object) -> None:
         if self._woken is not None and not self._woken.done():
             self._woken.set_result(None)
 
     async def receive(self, timeout: float, stop: asyncio.Future[Any] | None = None) -> dict[str, Any] | None:
         """The next message (or a ``REREAD``), or None after ``timeout`` seconds or once ``stop``
-        is done."""
+        is done.
+
+        It waits on one future, set by a message, ``stop`` or a timer: no ``asyncio.wait`` (its
+        coroutine, set and callbacks) held by every parked request."""
         if not self._inbox:
             pause = timeout if self.hub.bus_up else min(timeout, LAYER_RETRY_SECONDS)
             self._woken = self.loop.create_future()
-            waiting: set[asyncio.Future[Any]] = {self._woken} if stop is None else {self._woken, stop}
+            timer = self.loop.call_later(max(0.0, pause), self._wake)
+            if stop is not None:
+                stop.add_done_callback(self._wake)
             try:
-                await asyncio.wait(waiting, timeout=max(0.0, pause), return_when=asyncio.FIRST_COMPLETED)
+                await self._woken
             finally:
+                timer.cancel()
+                if stop is not None:
+                    stop.remove_done_callback(self._wake)
                 self._woken = None
             if not self._inbox:
                 if (stop is not None and stop.done()) or pause >= timeout:
                     return None
                 return {"type": REREAD}
+        assert self._inbox is not None
         return self._inbox.popleft()
 
     def close(self) -> None:
