@@ -58,9 +58,14 @@ SSE_HEADERS = [
 ]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Parked:
-    request: JSONRPCRequest
+    """A request this module serves: the parsed message's own id, method and params (validated as
+    a ``JSONRPCRequest``, whose copy is not kept) and the protocol version it speaks."""
+
+    id: Any
+    method: str
+    params: dict[str, Any] | None
     version: str
 
 
@@ -73,11 +78,11 @@ def parked_request(message: Any, scope) -> Parked | None:
     raw_headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope.get("headers", ())]
     version = next((v for k, v in raw_headers if k.lower() == "mcp-protocol-version"), None)
     try:
-        request = JSONRPCRequest.model_validate(message)
+        JSONRPCRequest.model_validate(message)
     except ValidationError:
         return None
     if version in HANDSHAKE_PROTOCOL_VERSIONS:
-        return Parked(request, version)
+        return Parked(message["id"], message["method"], message.get("params"), version)
     if version not in MODERN_PROTOCOL_VERSIONS or find_duplicated_routing_header(raw_headers) is not None:
         return None
     if any(k.lower().startswith(MCP_PARAM_HEADER_PREFIX.lower()) for k, _ in raw_headers):
@@ -85,23 +90,33 @@ def parked_request(message: Any, scope) -> Parked | None:
     route = classify_inbound_request(message, headers={k.lower(): v for k, v in raw_headers})
     if not isinstance(route, InboundModernRoute):
         return None
-    return Parked(request, route.protocol_version)
+    return Parked(message["id"], message["method"], message.get("params"), route.protocol_version)
 
 
 class _Exchange:
     """The SDK's ``DispatchContext`` for one POST: notifications go onto this response; no
-    server-to-client requests (stateless HTTP has nowhere for their answers to land)."""
+    server-to-client requests (stateless HTTP has nowhere for their answers to land).
 
-    __slots__ = ("transport", "request_id", "message_metadata", "progress_token", "_cancel_requested", "_emit")
+    What the SDK reads of it once (the transport's facts, the message metadata carrying the HTTP
+    request) is made when read, not kept for as long as the call is parked."""
+
+    __slots__ = ("_request", "request_id", "progress_token", "_cancel_requested", "_emit")
     can_send_request = False
 
     def __init__(self, request: Request, request_id, progress_token, emit):
-        self.transport = TransportContext(kind="streamable-http", can_send_request=False, headers=request.headers)
+        self._request = request
         self.request_id = request_id
-        self.message_metadata = ServerMessageMetadata(request_context=request)
         self.progress_token = progress_token
         self._cancel_requested: anyio.Event | None = None
         self._emit = emit
+
+    @property
+    def transport(self) -> TransportContext:
+        return TransportContext(kind="streamable-http", can_send_request=False, headers=self._request.headers)
+
+    @property
+    def message_metadata(self) -> ServerMessageMetadata:
+        return ServerMessageMetadata(request_context=self._request)
 
     @property
     def cancel_requested(self) -> anyio.Event:
@@ -126,6 +141,22 @@ class _Exchange:
         if message is not None:
             params["message"] = message
         await self.notify("notifications/progress", params)
+
+
+_CONNECTIONS: dict[str, Connection] = {}
+
+
+def _connection(version: str) -> Connection:
+    """The SDK's connection for a parked request of this protocol version: one per version, shared
+    by every parked call. It carries no client identity (askcards' handlers never read it; the
+    SDK's stateless legacy path builds its connections the same way) and nothing per call: the SDK
+    writes to a connection only on ``initialize``, and askcards' handlers keep nothing in its
+    ``state`` or ``exit_stack`` (tests/mcp/test_exchange.py checks both stay empty), so closing
+    its empty exit stack at each call's end, as ``serve_one`` does, closes nothing of another's."""
+    connection = _CONNECTIONS.get(version)
+    if connection is None:
+        connection = _CONNECTIONS[version] = Connection.from_envelope(version, None, None)
+    return connection
 
 
 def _frame(message) -> bytes:
@@ -164,13 +195,11 @@ async def serve_parked(server, lifespan_state, scope, receive, send, parked: Par
     # The scope is this request's own (channels' URL router made it for the route); the emitter
     # itself, no closure of its own kept per parked call.
     scope[OUTBOUND] = emit
-    request = parked.request
-    exchange = _Exchange(Request(scope, receive), request.id, progress_token_from_params(request.params), emit)
-    # No client identity: askcards' handlers never read it, and each parked call would hold its
-    # models (the SDK's stateless legacy path builds its connections the same way).
-    connection = Connection.from_envelope(parked.version, None, None)
+    request_id = parked.id
+    exchange = _Exchange(Request(scope, receive), request_id, progress_token_from_params(parked.params), emit)
     handler = asyncio.ensure_future(
-        serve_one(server, exchange, request.method, request.params, connection=connection, lifespan_state=lifespan_state)
+        serve_one(server, exchange, parked.method, parked.params, connection=_connection(parked.version),
+                  lifespan_state=lifespan_state)
     )
     gone = asyncio.ensure_future(receive())  # the client's next message can only be its disconnect
     loop = asyncio.get_running_loop()
@@ -207,9 +236,9 @@ async def serve_parked(server, lifespan_state, scope, receive, send, parked: Par
     finally:
         gone.cancel()
     try:
-        reply: JSONRPCResponse | JSONRPCError = JSONRPCResponse(jsonrpc="2.0", id=request.id, result=handler.result())
+        reply: JSONRPCResponse | JSONRPCError = JSONRPCResponse(jsonrpc="2.0", id=request_id, result=handler.result())
     except Exception as exc:
-        reply = JSONRPCError(jsonrpc="2.0", id=request.id, error=modern_error_data(exc))
+        reply = JSONRPCError(jsonrpc="2.0", id=request_id, error=modern_error_data(exc))
     if streaming:
         await send({"type": "http.response.body", "body": _frame(reply), "more_body": False})
     else:

@@ -36,7 +36,7 @@ import json
 import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping
-from contextlib import suppress
+from contextlib import nullcontext, suppress
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
@@ -135,24 +135,53 @@ def _invalid(message: str) -> MCPError:
 # ------------------------------------------------------------------------------------ the caller
 
 
-async def with_caller(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> Any:
+def with_caller(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> Awaitable[Any]:
     """Middleware: resolve the caller (agent and the URL's session) for every request, then serve
     it; a task-augmented ``tools/call`` is answered here with its task (the SDK's ``tools/call``
-    result shape has no room for one)."""
+    result shape has no room for one). A plain function handing back the awaitable it picked: no
+    frame of its own in the chain of a parked call."""
     if ctx.request_id is None:
         if ctx.method != "notifications/cancelled":
-            return await call_next(ctx)
-        # Stateless HTTP answers a notification's POST (202) and ends its transport at once, which
-        # would cancel this handler half-way: it finishes shielded (bounded) instead.
-        with anyio.move_on_after(CANCEL_HANDLING_SECONDS, shield=True):
-            return await _with_caller(ctx, call_next)
-        return None
-    return await _with_caller(ctx, call_next)
+            return call_next(ctx)
+        return _cancel_notification(ctx, call_next)
+    return _serve_caller(ctx, call_next)
 
 
-async def _with_caller(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> Any:
-    try:
+async def _cancel_notification(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> Any:
+    # Stateless HTTP answers a notification's POST (202) and ends its transport at once, which
+    # would cancel this handler half-way: it finishes shielded (bounded) instead.
+    with anyio.move_on_after(CANCEL_HANDLING_SECONDS, shield=True):
         return await _serve_caller(ctx, call_next)
+    return None
+
+
+async def _serve_caller(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> Any:
+    try:
+        scope = ctx.request.scope if ctx.request is not None else {}
+        agent = scope.get("askcards.agent")
+        if agent is None:  # not through askcards.mcp.app (which authenticates every request)
+            raise MCPError(code=INTERNAL_ERROR, message="unauthenticated request")
+        try:
+            caller = await in_pool(caller_for, agent, scope.get("query_string", b""))
+        except AskcardsError as exc:
+            if ctx.request_id is None:
+                return None
+            raise _invalid(exc.message) from None
+        token = _caller.set(caller)
+        try:
+            params = ctx.params or {}
+            if ctx.method == "tools/call" and not _app_tool(params.get("name")):
+                if ctx.protocol_version == TASKS_VERSION and isinstance(params.get("task"), dict):
+                    return await call_as_task(ctx, caller, params)
+                # The permission prompt stays a blocking call: its host waits on it for the decision.
+                if declares_tasks(ctx) and not (caller.permission_prompt and params.get("name") == prompt_tool.NAME):
+                    return await call_as_task(ctx, caller, params, extension=True)
+            elif ctx.method in EXTENSION_TASK_METHODS | CORE_ONLY_TASK_METHODS | {"tasks/update"}:
+                _check_task_method(ctx)
+            del scope, agent, caller, params  # the handler reads the caller from _caller
+            return await call_next(ctx)
+        finally:
+            _caller.reset(token)
     except (MCPError, ValidationError):
         raise  # the protocol's own errors, already worded for the client
     except Exception:
@@ -160,33 +189,6 @@ async def _with_caller(ctx: ServerRequestContext[Any, Any], call_next: CallNext)
         # gets a generic error, not the exception's text (the SDK would send it verbatim).
         logger.exception("MCP %s failed", ctx.method)
         raise MCPError(code=INTERNAL_ERROR, message="internal error; the server log has the details") from None
-
-
-async def _serve_caller(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> Any:
-    scope = ctx.request.scope if ctx.request is not None else {}
-    agent = scope.get("askcards.agent")
-    if agent is None:  # not through askcards.mcp.app (which authenticates every request)
-        raise MCPError(code=INTERNAL_ERROR, message="unauthenticated request")
-    try:
-        caller = await in_pool(caller_for, agent, scope.get("query_string", b""))
-    except AskcardsError as exc:
-        if ctx.request_id is None:
-            return None
-        raise _invalid(exc.message) from None
-    token = _caller.set(caller)
-    try:
-        params = ctx.params or {}
-        if ctx.method == "tools/call" and not _app_tool(params.get("name")):
-            if ctx.protocol_version == TASKS_VERSION and isinstance(params.get("task"), dict):
-                return await call_as_task(ctx, caller, params)
-            # The permission prompt stays a blocking call: its host waits on it for the decision.
-            if declares_tasks(ctx) and not (caller.permission_prompt and params.get("name") == prompt_tool.NAME):
-                return await call_as_task(ctx, caller, params, extension=True)
-        elif ctx.method in EXTENSION_TASK_METHODS | CORE_ONLY_TASK_METHODS | {"tasks/update"}:
-            _check_task_method(ctx)
-        return await call_next(ctx)
-    finally:
-        _caller.reset(token)
 
 
 def modern(ctx: ServerRequestContext[Any, Any]) -> bool:
@@ -389,6 +391,7 @@ async def call_tool(ctx: ServerRequestContext[Any, Any], params: types.CallToolR
         outcome = await _run(ctx, caller, params.name, params.arguments)
         if outcome.ask is None:
             return _call_result(outcome.status, outcome.tool_result, None)
+        _release_arguments(ctx, params)
         status, text, ask_id = outcome.status, outcome.tool_result, outcome.ask.id
         parks = outcome.ask.is_open and outcome.ask.blocking
         del outcome  # a parked call holds no row while it waits, the ask it made included
@@ -407,6 +410,15 @@ async def call_tool(ctx: ServerRequestContext[Any, Any], params: types.CallToolR
     if not ask.blocking:  # the DingTalk tool answers at once; its later outcome is its task's
         return _call_result(status, text, ask)
     return _call_result(ask.status, (ask.result or {}).get("tool_result"), ask)
+
+
+def _release_arguments(ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> None:
+    """Once its ask is made, a call keeps no copy of its arguments (the ask has them): the SDK
+    holds the request's params, raw and validated, for as long as the call is served, which for
+    a parked call is until its ask ends."""
+    params.arguments = None
+    if isinstance(ctx.params, dict):
+        ctx.params.pop("arguments", None)
 
 
 async def call_with_host(ctx: ServerRequestContext[Any, Any], caller: Caller, params: types.CallToolRequestParams) -> Any:
@@ -583,14 +595,38 @@ async def _park(ctx: ServerRequestContext[Any, Any], caller: Caller, ask_id: str
     form (``host.ASK_AGAIN``). Their response comes back elsewhere and wakes this call as any
     answer does; the lease is held meanwhile, so a client gone mid-form ends ``caller_gone``."""
     with services.parked_wait(caller.agent.pk):
-        if not lease:
-            return await _parked(ctx, caller, ask_id, waiter, lease=False, ask_host=ask_host)
         try:
-            with KEEPER.holding(ask_id):
-                return await _parked(ctx, caller, ask_id, waiter, lease=True, ask_host=ask_host)
+            with KEEPER.holding(ask_id) if lease else nullcontext():
+                await waiter.add(events.ask_key(ask_id))
+                # After subscribing: no change can slip by.
+                state = await (_leased_state(caller.agent, ask_id) if lease else in_pool(_state, caller.agent, ask_id))
+                if not isinstance(state, _Waiting):
+                    return state
+                if ask_host is not None:
+                    await ask_host(ask_id)
+                loop = asyncio.get_running_loop()
+                give_up = loop.time() + max(0.0, (state.deadline - timezone.now()).total_seconds()) + DEADLINE_GRACE_SECONDS
+                total = max(1.0, (state.deadline - state.created_at).total_seconds())
+                next_progress = loop.time()
+                while isinstance(state, _Waiting):
+                    now = loop.time()
+                    if now >= next_progress:
+                        elapsed = (timezone.now() - state.created_at).total_seconds()
+                        await ctx.session.report_progress(min(elapsed, total), total, state.message)
+                        next_progress = now + PROGRESS_SECONDS
+                    if now >= give_up:
+                        return await in_pool(_read, caller.agent, ask_id)  # still open: as it is now
+                    message = await waiter.receive(min(next_progress, give_up) - now)
+                    if message is None:
+                        continue
+                    state = await in_pool(_state, caller.agent, ask_id, cancel=message.get("type") == CANCEL)
+                    if message.get("type") == host.ASK_AGAIN and ask_host is not None and isinstance(state, _Waiting):
+                        await ask_host(ask_id)
+                return state
         except BaseException:
-            with anyio.CancelScope(shield=True):
-                await in_pool(services.caller_left, ask_id=ask_id)
+            if lease:  # once the lease is no longer refreshed by this call
+                with anyio.CancelScope(shield=True):
+                    await in_pool(services.caller_left, ask_id=ask_id)
             raise
 
 
@@ -633,36 +669,6 @@ async def _leased_state(agent: Agent, ask_id: str) -> Ask | _Waiting:
         with suppress(Exception):
             await read
         raise
-
-
-async def _parked(ctx: ServerRequestContext[Any, Any], caller: Caller, ask_id: str, waiter: events.Waiter,
-                  *, lease: bool, ask_host: AskHost | None = None) -> Ask:
-    await waiter.add(events.ask_key(ask_id))
-    # After subscribing: no change can slip by.
-    state = await (_leased_state(caller.agent, ask_id) if lease else in_pool(_state, caller.agent, ask_id))
-    if not isinstance(state, _Waiting):
-        return state
-    if ask_host is not None:
-        await ask_host(ask_id)
-    loop = asyncio.get_running_loop()
-    give_up = loop.time() + max(0.0, (state.deadline - timezone.now()).total_seconds()) + DEADLINE_GRACE_SECONDS
-    total = max(1.0, (state.deadline - state.created_at).total_seconds())
-    next_progress = loop.time()
-    while isinstance(state, _Waiting):
-        now = loop.time()
-        if now >= next_progress:
-            elapsed = (timezone.now() - state.created_at).total_seconds()
-            await ctx.session.report_progress(min(elapsed, total), total, state.message)
-            next_progress = now + PROGRESS_SECONDS
-        if now >= give_up:
-            return await in_pool(_read, caller.agent, ask_id)  # still open: as it is now
-        message = await waiter.receive(min(next_progress, give_up) - now)
-        if message is None:
-            continue
-        state = await in_pool(_state, caller.agent, ask_id, cancel=message.get("type") == CANCEL)
-        if message.get("type") == host.ASK_AGAIN and ask_host is not None and isinstance(state, _Waiting):
-            await ask_host(ask_id)
-    return state
 
 
 async def cancelled(ctx: ServerRequestContext[Any, Any], params: types.CancelledNotificationParams) -> None:
