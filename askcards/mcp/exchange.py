@@ -177,9 +177,9 @@ async def serve_parked(server, lifespan_state, scope, receive, send, parked: Par
     """Answer one parked request that ``accepted`` let through (see the module's docstring);
     ``receive`` is past the body.
 
-    While the handler waits this coroutine waits on one future, set by the handler ending, the
-    client's disconnect or the keep-alive's timer: no ``asyncio.wait`` (its coroutines, set and
-    callbacks) held for every parked call."""
+    The handler runs in this request's own task: no task of its own, no ``asyncio.wait`` held for
+    every parked call. The client's disconnect (the one ``receive`` pending) cancels it, which
+    leaves the ask as it is; the keep-alive's timer sends each ping from a short task."""
     streaming = False
 
     async def start_stream() -> None:
@@ -197,48 +197,53 @@ async def serve_parked(server, lifespan_state, scope, receive, send, parked: Par
     scope[OUTBOUND] = emit
     request_id = parked.id
     exchange = _Exchange(Request(scope, receive), request_id, progress_token_from_params(parked.params), emit)
-    handler = asyncio.ensure_future(
-        serve_one(server, exchange, parked.method, parked.params, connection=_connection(parked.version),
-                  lifespan_state=lifespan_state)
-    )
-    gone = asyncio.ensure_future(receive())  # the client's next message can only be its disconnect
     loop = asyncio.get_running_loop()
-    wake = loop.create_future()
+    this = asyncio.current_task()
+    assert this is not None
+    left = False
+    pinging: set[asyncio.Task] = set()
 
-    def woken(_: object = None) -> None:
-        if not wake.done():
-            wake.set_result(None)
+    def client_left(_: object) -> None:
+        nonlocal left
+        left = True
+        this.cancel()
 
-    handler.add_done_callback(woken)
-    gone.add_done_callback(woken)
-    try:
-        while not handler.done():
-            timer = loop.call_later(PING_SECONDS, woken)
-            try:
-                await wake
-            finally:
-                timer.cancel()
-            wake = loop.create_future()
-            if handler.done():
-                break
-            if gone.done():  # a dropped connection: the handler stops, the ask stays as it is
-                handler.cancel()
-                with suppress(asyncio.CancelledError, Exception):
-                    await handler
-                return
+    async def send_ping() -> None:
+        with suppress(Exception):  # a client gone meanwhile: its disconnect ends the call
             await start_stream()
             await send({"type": "http.response.body", "body": b": ping\r\n\r\n", "more_body": True})
-    except asyncio.CancelledError:  # the request itself cancelled (the server closing it): so is its handler
-        handler.cancel()
-        with suppress(asyncio.CancelledError, Exception):
-            await handler
-        raise
-    finally:
-        gone.cancel()
+
+    def ping() -> None:
+        nonlocal timer
+        task = loop.create_task(send_ping())
+        pinging.add(task)
+        task.add_done_callback(pinging.discard)
+        timer = loop.call_later(PING_SECONDS, ping)
+
+    gone = asyncio.ensure_future(receive())  # the client's next message can only be its disconnect
+    gone.add_done_callback(client_left)
+    timer = loop.call_later(PING_SECONDS, ping)
+    reply: JSONRPCResponse | JSONRPCError
     try:
-        reply: JSONRPCResponse | JSONRPCError = JSONRPCResponse(jsonrpc="2.0", id=request_id, result=handler.result())
+        try:
+            result = await serve_one(server, exchange, parked.method, parked.params,
+                                     connection=_connection(parked.version), lifespan_state=lifespan_state)
+        finally:
+            timer.cancel()
+            gone.remove_done_callback(client_left)
+            gone.cancel()
+    except asyncio.CancelledError:
+        for task in pinging:
+            task.cancel()
+        if left and this.uncancel() == 0:
+            return  # a dropped connection: the handler stopped, the ask stays as it is
+        raise  # the request itself cancelled (the server closing it)
     except Exception as exc:
         reply = JSONRPCError(jsonrpc="2.0", id=request_id, error=modern_error_data(exc))
+    else:
+        reply = JSONRPCResponse(jsonrpc="2.0", id=request_id, result=result)
+    for task in list(pinging):  # a ping under way goes out before the reply
+        await task
     if streaming:
         await send({"type": "http.response.body", "body": _frame(reply), "more_body": False})
     else:
