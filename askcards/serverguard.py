@@ -408,7 +408,13 @@ class GuardedRequest(_ORIGINAL_REQUEST):  # type: ignore[misc, valid-type]
         if self.key_pending:
             self._process_waiting = True
             return None
-        return super().process()
+        processed = super().process()
+        if processed.called and getattr(self, "application_queue", None) is not None:
+            # The body is in the application's queue now: no second copy of it is kept for as
+            # long as the application runs (a parked long-poll or MCP call: minutes).
+            read, self.content = self.content, BytesIO()
+            read.close()
+        return processed
 
     # -- the key, checked off the reactor thread
     def _check_key(self) -> None:
