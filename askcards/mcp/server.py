@@ -395,8 +395,9 @@ async def call_tool(ctx: ServerRequestContext[Any, Any], params: types.CallToolR
         status, text, ask_id = outcome.status, outcome.tool_result, outcome.ask.id
         parks = outcome.ask.is_open and outcome.ask.blocking
         del outcome  # a parked call holds no row while it waits, the ask it made included
+        # The ended ask's result counts as returned in the same trip to the pool as its read.
         if parks:
-            ask = await _park(ctx, caller, ask_id, waiter, lease=True, ask_host=_host_asker(ctx, caller))
+            ask = await _park(ctx, caller, ask_id, waiter, lease=True, returned=True, ask_host=_host_asker(ctx, caller))
             if ask.is_open:
                 text = (
                     f"the ask {ask.id} is still open past its deadline (is the askcards worker running?); "
@@ -404,9 +405,7 @@ async def call_tool(ctx: ServerRequestContext[Any, Any], params: types.CallToolR
                 )
                 return _call_result(Ask.Status.FAILED, text, ask)
         else:
-            ask = await in_pool(_read, caller.agent, ask_id)
-    if not ask.is_open:
-        await in_pool(services.ask_result_returned, ask=ask)
+            ask = await in_pool(_read, caller.agent, ask_id, returned=True)
     if not ask.blocking:  # the DingTalk tool answers at once; its later outcome is its task's
         return _call_result(status, text, ask)
     return _call_result(ask.status, (ask.result or {}).get("tool_result"), ask)
@@ -559,11 +558,14 @@ async def read_resource(ctx: ServerRequestContext[Any, Any], params: types.ReadR
 # ---------------------------------------------------------------------------------------- waiting
 
 
-def _read(agent: Agent, ask_id: str) -> Ask:
+def _read(agent: Agent, ask_id: str, *, returned: bool = False) -> Ask:
     """The ask with its session and respondents read (in the pool: results are built from them
-    on the event loop, where the ORM may not run)."""
+    on the event loop, where the ORM may not run). ``returned``: an ended ask's result is about to
+    go back to the caller, and counts as returned (``services.ask_result_returned``)."""
     ask = selectors.ask_get(agent=agent, ask_id=ask_id)
     prefetch_related_objects([ask], "respondents")
+    if returned and not ask.is_open:
+        services.ask_result_returned(ask=ask)
     return ask
 
 
@@ -576,7 +578,7 @@ def cancel_key(caller: Caller, request_id: Any) -> str:
 
 
 async def _park(ctx: ServerRequestContext[Any, Any], caller: Caller, ask_id: str, waiter: events.Waiter,
-                *, lease: bool = False, ask_host: AskHost | None = None) -> Ask:
+                *, lease: bool = False, returned: bool = False, ask_host: AskHost | None = None) -> Ask:
     """Wait until the ask ends or its deadline (plus grace) passes; returns it as it is then.
 
     Parked in the hub (the ask's key, and the cancel key the caller may have added):
@@ -593,13 +595,16 @@ async def _park(ctx: ServerRequestContext[Any, Any], caller: Caller, ask_id: str
     ``ask_host`` (handshake revisions, ``host=ask``): the open ask is also put to the host's own
     user on this request's stream once parked, and again when their response did not answer the
     form (``host.ASK_AGAIN``). Their response comes back elsewhere and wakes this call as any
-    answer does; the lease is held meanwhile, so a client gone mid-form ends ``caller_gone``."""
+    answer does; the lease is held meanwhile, so a client gone mid-form ends ``caller_gone``.
+
+    ``returned``: the ask it returns ended, its result counts as returned (``_read``)."""
     with services.parked_wait(caller.agent.pk):
         try:
             with KEEPER.holding(ask_id) if lease else nullcontext():
                 await waiter.add(events.ask_key(ask_id))
                 # After subscribing: no change can slip by.
-                state = await (_leased_state(caller.agent, ask_id) if lease else in_pool(_state, caller.agent, ask_id))
+                state = await (_leased_state(caller.agent, ask_id, returned) if lease
+                               else in_pool(_state, caller.agent, ask_id, returned=returned))
                 if not isinstance(state, _Waiting):
                     return state
                 if ask_host is not None:
@@ -619,7 +624,8 @@ async def _park(ctx: ServerRequestContext[Any, Any], caller: Caller, ask_id: str
                     message = await waiter.receive(min(next_progress, give_up) - now)
                     if message is None:
                         continue
-                    state = await in_pool(_state, caller.agent, ask_id, cancel=message.get("type") == CANCEL)
+                    state = await in_pool(_state, caller.agent, ask_id, cancel=message.get("type") == CANCEL,
+                                          returned=returned)
                     if message.get("type") == host.ASK_AGAIN and ask_host is not None and isinstance(state, _Waiting):
                         await ask_host(ask_id)
                 return state
@@ -645,24 +651,25 @@ class _Waiting:
         return cls(ask.created_at, ask.deadline, results.waiting_message(ask))
 
 
-def _state(agent: Agent, ask_id: str, *, lease: bool = False, cancel: bool = False) -> Ask | _Waiting:
+def _state(agent: Agent, ask_id: str, *, lease: bool = False, cancel: bool = False,
+           returned: bool = False) -> Ask | _Waiting:
     """The ask once it has ended, else what its wait keeps (``_Waiting``). ``lease``: the waiter
     takes the ask's lease first; ``cancel``: the caller's ``notifications/cancelled`` arrived,
-    the ask is cancelled (``by_agent``) if still open."""
+    the ask is cancelled (``by_agent``) if still open; ``returned``: as ``_read``'s."""
     if lease:
         services.waiter_parked(ask_id=ask_id)
-    ask = _read(agent, ask_id)
+    ask = _read(agent, ask_id, returned=returned)
     if cancel and ask.is_open:
         services.ask_cancel(ask=ask, reason=Ask.Reason.BY_AGENT, actor=f"agent:{agent.name}")
-        ask = _read(agent, ask_id)
+        ask = _read(agent, ask_id, returned=returned)
     return _Waiting.of(ask) if ask.is_open else ask
 
 
-async def _leased_state(agent: Agent, ask_id: str) -> Ask | _Waiting:
+async def _leased_state(agent: Agent, ask_id: str, returned: bool) -> Ask | _Waiting:
     """``_state`` taking the lease, finished even if the client goes away meanwhile: the lease it
     takes must be in place before _park's caller_left shortens it to the grace period, not land
     after it."""
-    read = asyncio.ensure_future(in_pool(_state, agent, ask_id, lease=True))
+    read = asyncio.ensure_future(in_pool(_state, agent, ask_id, lease=True, returned=returned))
     try:
         return await asyncio.shield(read)
     except asyncio.CancelledError:
