@@ -60,6 +60,7 @@ from urllib.parse import unquote
 from daphne import http_protocol
 from django.conf import settings
 from twisted.web import http
+from twisted.web.http_headers import Headers
 
 from askcards import edge, selectors
 from askcards.callbacks import MAX_CALLBACK_BYTES
@@ -352,6 +353,9 @@ class GuardedChannel(http.HTTPChannel):
             self._counted = False
 
 
+SERVER_READ_HEADERS = (b"host", b"connection", b"x-forwarded-for", b"user-agent", b"referer")
+
+
 class GuardedRequest(_ORIGINAL_REQUEST):  # type: ignore[misc, valid-type]
     """Daphne's request, refusing a body over its route's limit and holding a keyed route's large
     body until the key is checked (module docstring)."""
@@ -414,6 +418,15 @@ class GuardedRequest(_ORIGINAL_REQUEST):  # type: ignore[misc, valid-type]
             # long as the application runs (a parked long-poll or MCP call: minutes).
             read, self.content = self.content, BytesIO()
             read.close()
+            # Nor a second copy of its headers: the application has its own list of them. Kept is
+            # what Twisted itself may still read (Host, Connection, X-Forwarded-For and what its
+            # access log names).
+            kept = Headers()
+            for name in SERVER_READ_HEADERS:
+                values = self.requestHeaders.getRawHeaders(name)
+                if values is not None:
+                    kept.setRawHeaders(name, values)
+            self.requestHeaders = kept
         return processed
 
     # -- the key, checked off the reactor thread

@@ -189,6 +189,7 @@ class McpApp:
             # A parked call holds only what it needs while it waits: not the body, its parse or
             # the Django request (the response's security headers are made from the scope).
             del body, message, request
+            _let_go_of_headers(scope)
             with metrics.parked("mcp"):
                 await serve_parked(self.server, {}, scope, receive, _secured(send, scope), parked)
             return
@@ -214,6 +215,23 @@ class McpApp:
             started = (ready, loop.create_task(run()))
             self._managers[loop] = started
         return await asyncio.shield(started[0])
+
+
+# What a parked call no longer reads of its request's headers once it is served: the key was
+# checked, the body read, the envelope classified. The rest (Host, Origin, X-Forwarded-*: what the
+# response's security headers are made from) stays.
+CONSUMED_HEADERS = frozenset({
+    b"authorization", b"content-type", b"content-length", b"accept", b"accept-encoding", b"user-agent",
+    b"mcp-protocol-version", b"mcp-session-id", b"mcp-method", b"mcp-name",
+})
+
+
+def _let_go_of_headers(scope) -> None:
+    """Drop the consumed headers from the request's header list, in place: the server's scope and
+    the routers' copies of it share that list, and a parked call keeps it for minutes."""
+    headers = scope.get("headers")
+    if isinstance(headers, list):
+        headers[:] = [(name, value) for name, value in headers if name.lower() not in CONSUMED_HEADERS]
 
 
 def _replay(body: bytes, receive):
