@@ -167,7 +167,9 @@ def _frame(message) -> bytes:
 async def accepted(security: TransportSecuritySettings, scope) -> bool:
     """Whether this POST passes the SDK transport's rules (Content-Type, Host and Origin, an
     ``Accept`` of both JSON and SSE); else the SDK's transport serves it, which words the refusal."""
-    http = Request(scope)
+    # On a copy of the scope: Starlette swaps a scope's header list for a copy of its own, and a
+    # parked call lets go of what it consumed from the list it shares with the server.
+    http = Request(dict(scope))
     refusal = await TransportSecurityMiddleware(security).validate_request(http, is_post=True)
     has_json, has_sse = check_accept_headers(http)
     return refusal is None and has_json and has_sse
