@@ -210,6 +210,8 @@ async def serve_parked(server, lifespan_state, scope, receive, send, parked: Par
         left = True
         this.cancel()
 
+    timer: asyncio.TimerHandle  # the keep-alive's next ping
+
     async def send_ping() -> None:
         with suppress(Exception):  # a client gone meanwhile: its disconnect ends the call
             await start_stream()

@@ -35,19 +35,19 @@ import hashlib
 import json
 import logging
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from contextlib import nullcontext, suppress
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import mcp_types as types
 from django.db.models import Q, prefetch_related_objects
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
-from mcp.server.context import CallNext, ServerRequestContext
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.lowlevel.server import Server
 from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND, MISSING_REQUIRED_CLIENT_CAPABILITY, JSONRPCRequest
@@ -135,14 +135,14 @@ def _invalid(message: str) -> MCPError:
 # ------------------------------------------------------------------------------------ the caller
 
 
-def with_caller(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> Awaitable[Any]:
+def with_caller(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> Coroutine[Any, Any, HandlerResult]:
     """Middleware: resolve the caller (agent and the URL's session) for every request, then serve
     it; a task-augmented ``tools/call`` is answered here with its task (the SDK's ``tools/call``
     result shape has no room for one). A plain function handing back the awaitable it picked: no
     frame of its own in the chain of a parked call."""
     if ctx.request_id is None:
         if ctx.method != "notifications/cancelled":
-            return call_next(ctx)
+            return cast(Coroutine[Any, Any, HandlerResult], call_next(ctx))
         return _cancel_notification(ctx, call_next)
     return _serve_caller(ctx, call_next)
 
