@@ -412,10 +412,10 @@ async def call_tool(ctx: ServerRequestContext[Any, Any], params: types.CallToolR
 
 
 def _release_arguments(ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> None:
-    """Once its ask is made, a call keeps no copy of its arguments (the ask has them): the SDK
-    holds the request's params, raw and validated, for as long as the call is served, which for
-    a parked call is until its ask ends."""
-    params.arguments = None
+    """Once its ask is made, a call keeps no copy of its arguments (the ask has them) nor a second
+    parse of its ``_meta`` (read from the raw params): the SDK holds the request's params, raw and
+    validated, for as long as the call is served, which for a parked call is until its ask ends."""
+    params.arguments = params.meta = None
     if isinstance(ctx.params, dict):
         ctx.params.pop("arguments", None)
 
