@@ -770,14 +770,16 @@ async def tasks_result(ctx: ServerRequestContext[Any, Any], params: types.GetTas
         del ask  # a parked call holds no row while it waits
         async with events.Waiter("MCP call") as waiter:
             ask_host = _host_asker(ctx, _caller.get(), task=True)
-            ask = await _park(ctx, _caller.get(), task_id, waiter, ask_host=ask_host)
+            # The ended task's result counts as returned in the same trip to the pool as its read.
+            ask = await _park(ctx, _caller.get(), task_id, waiter, returned=True, ask_host=ask_host)
         if ask.is_open:
             raise MCPError(code=INTERNAL_ERROR, message=f"task {ask.id} is still working past its deadline; poll tasks/get")
         status = types.TaskStatusNotification(params=types.TaskStatusNotificationParams.model_validate(results.task(ask), by_name=False))
         # The SDK's ServerNotification union leaves the tasks extension's notification out (its
         # types are types-only there); send_notification only serialises what it is given.
         await ctx.session.send_notification(status, related_request_id=ctx.request_id)  # type: ignore[arg-type]
-    await in_pool(services.ask_result_returned, ask=ask)
+    else:
+        await in_pool(services.ask_result_returned, ask=ask)
     return results.task_result(ask)
 
 

@@ -479,6 +479,8 @@ def test_task_answered_on_the_panel(served):
             assert not result.done()
             await alice.answer(shown, "SQLite")
             result = await asyncio.wait_for(result, support.TIMEOUT)
+            # The result the woken tasks/result handed over counts as delivered: the panel says so.
+            await alice.wait(lambda m: m.get("type") == "ask_user_questions_delivered" and m["requestId"] == task.task_id)
             notified = await statuses.of(task.task_id)
             completed = await get_task(mcp, task.task_id)
             with pytest.raises(MCPError) as cancel_ended:
