@@ -216,8 +216,10 @@ def test_out_of_file_descriptors_the_worker_warns_once_and_everything_recovers(t
     """With the cap off (ASKCARDS_PEER_CONNECTIONS=0), 300 tricklers take every descriptor of a
     128-file server (fewer than half of them, held at once, are enough even on a loaded machine):
     Twisted closes what it cannot accept, the worker's lanes back off with one warning, and once
-    the tricklers are cut everything serves again by itself."""
-    env = {**serving.service_env(tmp_path), "ASKCARDS_HEADER_TIMEOUT": "5", "ASKCARDS_BODY_TIMEOUT": "5",
+    the tricklers are cut everything serves again by itself. The tricklers are cut after 10 s, not
+    5: on a loaded machine taking every descriptor can itself take seconds, and the shortage must
+    last past a few of the worker's 0.5 s ticks once it is reached."""
+    env = {**serving.service_env(tmp_path), "ASKCARDS_HEADER_TIMEOUT": "10", "ASKCARDS_BODY_TIMEOUT": "10",
            "ASKCARDS_PEER_CONNECTIONS": "0"}
     serving.manage(env, "migrate", "-v0")
     tricklers = [Trickler("headers") for _ in range(300)]
