@@ -29,7 +29,7 @@ from typing import Any, Mapping
 
 import anyio
 from mcp.server.connection import Connection
-from mcp.server.runner import modern_error_data, serve_one
+from mcp.server.runner import ServerRunner, aclose_shielded, modern_error_data
 from mcp.server.streamable_http import check_accept_headers
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 from mcp.shared.exceptions import NoBackChannelError
@@ -175,13 +175,57 @@ async def accepted(security: TransportSecuritySettings, scope) -> bool:
     return refusal is None and has_json and has_sse
 
 
+class _KeepAlive:
+    """A streaming parked call's keep-alive: ``ping()`` from a short task every ``PING_SECONDS``
+    until ``stop()``. A class, not a closure re-scheduling itself: such a closure refers to itself,
+    a cycle that outlives the call, and a parked call's objects are old by then, freed only by the
+    full collections that pause the process (askcards/collector.py)."""
+
+    __slots__ = ("_loop", "_ping", "_timer", "pinging")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, ping) -> None:
+        self._loop, self._ping = loop, ping
+        self.pinging: set[asyncio.Task] = set()
+        self._timer = loop.call_later(PING_SECONDS, self._fire)
+
+    def _fire(self) -> None:
+        task = self._loop.create_task(self._ping())
+        self.pinging.add(task)
+        task.add_done_callback(self.pinging.discard)
+        self._timer = self._loop.call_later(PING_SECONDS, self._fire)
+
+    def stop(self) -> None:
+        self._timer.cancel()  # which lets go of its callback, and so of this
+
+
+async def _serve_one(server, exchange: _Exchange, parked: Parked, lifespan_state) -> dict[str, Any]:
+    """The SDK's ``serve_one``, but letting go of the kernel's cached ``on_request`` at the end:
+    the SDK caches that bound method on the kernel, a cycle (see ``_KeepAlive``)."""
+    connection = _connection(parked.version)
+    runner = ServerRunner(server, connection, lifespan_state)
+    try:
+        return await runner.on_request(exchange, parked.method, parked.params)
+    finally:
+        runner.__dict__.pop("on_request", None)
+        await aclose_shielded(connection)
+
+
 async def serve_parked(server, lifespan_state, scope, receive, send, parked: Parked) -> None:
     """Answer one parked request that ``accepted`` let through (see the module's docstring);
     ``receive`` is past the body.
 
     The handler runs in this request's own task: no task of its own, no ``asyncio.wait`` held for
     every parked call. The client's disconnect (the one ``receive`` pending) cancels it, which
-    leaves the ask as it is; the keep-alive's timer sends each ping from a short task."""
+    leaves the ask as it is; the keep-alive's timer sends each ping from a short task. Nothing
+    made here refers to itself once the call is over (tests/mcp/test_exchange.py checks): what a
+    parked call held is freed as it ends, not at the next full collection."""
+    try:
+        await _serve_parked(server, lifespan_state, scope, receive, send, parked)
+    finally:
+        scope.pop(OUTBOUND, None)  # the scope -> emit -> send -> scope cycle
+
+
+async def _serve_parked(server, lifespan_state, scope, receive, send, parked: Parked) -> None:
     streaming = False
 
     async def start_stream() -> None:
@@ -194,46 +238,35 @@ async def serve_parked(server, lifespan_state, scope, receive, send, parked: Par
         await start_stream()
         await send({"type": "http.response.body", "body": _frame(message), "more_body": True})
 
+    async def send_ping() -> None:
+        with suppress(Exception):  # a client gone meanwhile: its disconnect ends the call
+            await start_stream()
+            await send({"type": "http.response.body", "body": b": ping\r\n\r\n", "more_body": True})
+
     # The scope is this request's own (channels' URL router made it for the route); the emitter
     # itself, no closure of its own kept per parked call.
     scope[OUTBOUND] = emit
     request_id = parked.id
     exchange = _Exchange(Request(scope, receive), request_id, progress_token_from_params(parked.params), emit)
-    loop = asyncio.get_running_loop()
     this = asyncio.current_task()
     assert this is not None
     left = False
-    pinging: set[asyncio.Task] = set()
 
     def client_left(_: object) -> None:
         nonlocal left
         left = True
         this.cancel()
 
-    timer: asyncio.TimerHandle  # the keep-alive's next ping
-
-    async def send_ping() -> None:
-        with suppress(Exception):  # a client gone meanwhile: its disconnect ends the call
-            await start_stream()
-            await send({"type": "http.response.body", "body": b": ping\r\n\r\n", "more_body": True})
-
-    def ping() -> None:
-        nonlocal timer
-        task = loop.create_task(send_ping())
-        pinging.add(task)
-        task.add_done_callback(pinging.discard)
-        timer = loop.call_later(PING_SECONDS, ping)
-
     gone = asyncio.ensure_future(receive())  # the client's next message can only be its disconnect
     gone.add_done_callback(client_left)
-    timer = loop.call_later(PING_SECONDS, ping)
+    keepalive = _KeepAlive(asyncio.get_running_loop(), send_ping)
+    pinging = keepalive.pinging
     reply: JSONRPCResponse | JSONRPCError
     try:
         try:
-            result = await serve_one(server, exchange, parked.method, parked.params,
-                                     connection=_connection(parked.version), lifespan_state=lifespan_state)
+            result = await _serve_one(server, exchange, parked, lifespan_state)
         finally:
-            timer.cancel()
+            keepalive.stop()
             gone.remove_done_callback(client_left)
             gone.cancel()
     except asyncio.CancelledError:
