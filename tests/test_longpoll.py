@@ -164,3 +164,29 @@ async def test_a_method_a_long_poll_route_has_not_still_needs_the_key_first(pend
     assert exchange.status == 401
     assert exchange.json()["error"]["code"] == "not_authenticated"
     assert exchange.pulled_bytes == 0
+
+
+@pytest.mark.parametrize("ends", ["answered", "timed out"])
+async def test_a_parked_long_poll_leaves_no_cycle_behind(agent_and_key, pending_ask, ends):
+    """What a parked long-poll held is freed as it ends, answered or at its timeout (then the
+    client polls again), by reference counting: none of it is left in a reference cycle, which
+    only the rare collection of everything would find (tests/cycles.py)."""
+    from askcards import events
+    from askcards.hub import HUB
+    from tests.cycles import Cycles
+
+    timeout = 20 if ends == "answered" else 2
+    waiting = asyncio.ensure_future(
+        _get(f"/api/v1/asks/{pending_ask.id}/wait?timeout={timeout}", agent_and_key[1]).get_response(timeout=25))
+    async with asyncio.timeout(10):
+        while not HUB.count(events.ask_key(pending_ask.id)):  # parked
+            await asyncio.sleep(0.05)
+    await asyncio.sleep(0.2)
+    cycles = Cycles()
+    cycles.mark()
+    if ends == "answered":
+        await database_sync_to_async(services.ask_answer)(ask_id=pending_ask.id, answers=answer_for(), surface="web")
+    response = await waiting
+    assert json.loads(response["body"])["status"] == ("answered" if ends == "answered" else "pending")
+    await asyncio.sleep(0.1)
+    assert cycles.left() == []

@@ -258,3 +258,23 @@ async def test_a_bus_lost_or_back_has_the_panel_catch_up_at_once(web_surface, ag
     assert (message["type"], message["requestId"]) == ("ask_user_questions", unseen.ask.id)
     assert await panel.receive_nothing(timeout=0.5)
     await panel.disconnect()
+
+
+async def test_a_panel_socket_leaves_no_cycle_behind_once_closed(web_surface, agent, web_session, users):
+    """What an open panel socket held is freed as it closes, by reference counting, after it has
+    answered and been told of another's answer: none of it is left in a reference cycle, which
+    only the rare collection of everything would find (tests/cycles.py)."""
+    from tests.cycles import Cycles
+
+    one, two = await _panel(users[0]), await _panel(users[0])
+    outcome = await _ask(agent, web_session)
+    await one.receive_json_from(timeout=5)
+    await two.receive_json_from(timeout=5)
+    cycles = Cycles()
+    cycles.mark()
+    await one.send_json_to({"type": "ask_user_questions_result", "requestId": outcome.ask.id, "answers": answer_for()})
+    assert (await one.receive_json_from(timeout=5))["ok"] is True
+    assert (await two.receive_json_from(timeout=5))["type"] == "ask_user_questions_cancelled"
+    await one.disconnect()
+    await two.disconnect()
+    assert cycles.left() == []

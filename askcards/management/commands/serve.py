@@ -39,12 +39,10 @@ class Command(BaseCommand):
         from daphne.endpoints import build_endpoint_description_strings
         from daphne.server import Server
 
-        from askcards import collector
         from askcards.worker import Worker
         from project.asgi import application
 
         def ready() -> None:
-            asyncio.ensure_future(collector.pace())
             if not no_worker:
                 asyncio.ensure_future(Worker().run_async())
             self.stdout.write(f"askcards serving on http://{host}:{port}/ (worker: {'off' if no_worker else 'on'})")
