@@ -19,10 +19,12 @@ So ``settle()``, once start-up is over (``project.asgi``, under whichever server
   its own, which examines only what is not frozen (what survived since the last: a few thousand to
   a few tens of thousands of objects, milliseconds to tens of them) and then freezes what survived
   it. A frozen object is still freed the moment its last reference goes; only a cycle among
-  frozen objects is not found. That is bounded: once there are ``GROWTH`` times as many frozen
-  objects as right after the last collection of everything, the next collection examines
-  everything (one long pause, as every full collection was before, but only when the process could
-  have doubled its memory with such cycles).
+  frozen objects is not found. That is bounded: once the process's resident memory is ``GROWTH``
+  times what it was right after the last collection of everything, the next collection examines
+  everything (one long pause, as every full collection was before, but only when memory has
+  doubled: more waiters, or such cycles). Memory is read from ``/proc/self/statm``, a few
+  microseconds; counting the frozen objects instead (``gc.get_freeze_count()``) walks them all,
+  as long as a collection of them (90–120 ms at 5,000 waiters).
 
 The young generations keep CPython's thresholds: most objects a request makes die there.
 ``PACE_SECONDS = 0`` (the test suite's own process) keeps CPython's full collections, spaced
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
 import threading
 import time
 from typing import Any
@@ -40,10 +43,21 @@ logger = logging.getLogger(__name__)
 
 PACE_SECONDS = 2.0  # a full collection of what is not frozen this often (0: CPython's own, spaced out)
 FULL_EVERY = 100  # without pacing: a full collection at most every this many middle ones (CPython: 10)
-CHECK_EVERY = 10  # the frozen objects are counted (a walk over them all) every this many paced collections
-GROWTH = 2.0  # ... and all collected once they are this many times as many as after the last time
-FLOOR = 200_000  # ... though not below this many: a small process's collections are short anyway
+GROWTH = 2.0  # everything is collected once resident memory is this many times what it was after the last time
+FLOOR = 128 << 20  # ... though never below this many bytes: an idle server holds about as much
 OFF = 1 << 30  # a threshold no count reaches: CPython's own full collections never run
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def resident_bytes() -> int:
+    """This process's resident memory now (its peak where ``/proc`` is missing)."""
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            return int(statm.read().split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 _pacer: Pacer | None = None
 
@@ -75,14 +89,14 @@ def _pace(pacer: Pacer, seconds: float) -> None:
 
 
 class Pacer:
-    """Full collections of what is not frozen, freezing what survives; of everything once the
-    frozen objects have grown ``GROWTH`` times (see the module docstring)."""
+    """Full collections of what is not frozen, freezing what survives; of everything once resident
+    memory has grown ``GROWTH`` times (see the module docstring)."""
 
-    def __init__(self, collector: Any = gc, clock=time.perf_counter) -> None:
+    def __init__(self, collector: Any = gc, resident=resident_bytes, clock=time.perf_counter) -> None:
         self.gc = collector
+        self.resident = resident
         self.clock = clock
-        self.ticks = 0
-        self.baseline = 0  # frozen objects right after the last collection of everything
+        self.baseline = 0  # resident bytes right after the last collection of everything
 
     def take_over(self) -> None:
         """CPython's own full collections off; everything alive now frozen."""
@@ -90,22 +104,20 @@ class Pacer:
         self.gc.set_threshold(young, middle, OFF)
         self.gc.collect()
         self.gc.freeze()
-        self.baseline = self.gc.get_freeze_count()
+        self.baseline = self.resident()
 
     def tick(self) -> None:
         """One paced full collection."""
-        self.ticks += 1
-        if self.ticks % CHECK_EVERY == 0:
-            frozen = self.gc.get_freeze_count()
-            if frozen > GROWTH * max(self.baseline, FLOOR):
-                began, before = self.clock(), self.baseline
-                self.gc.unfreeze()
-                freed = self.gc.collect()
-                self.gc.freeze()
-                self.baseline = self.gc.get_freeze_count()
-                logger.info("full collection of everything: %d frozen objects (%d after the last), %d unreachable "
-                            "freed, %d kept, in %.0f ms", frozen, before, freed, self.baseline,
-                            1000 * (self.clock() - began))
-                return
+        resident = self.resident()
+        if resident > GROWTH * max(self.baseline, FLOOR):
+            began, before = self.clock(), self.baseline
+            self.gc.unfreeze()
+            freed = self.gc.collect()
+            self.gc.freeze()
+            self.baseline = self.resident()
+            logger.info("full collection of everything, resident memory %.0f MB (%.0f MB after the last): %d "
+                        "unreachable objects freed in %.0f ms", resident / 2**20, before / 2**20, freed,
+                        1000 * (self.clock() - began))
+            return
         self.gc.collect()
         self.gc.freeze()

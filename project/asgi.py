@@ -69,6 +69,7 @@ application = ProtocolTypeRouter(
     }
 )
 
-# Start-up is over: what it made lives as long as the process, and full collections are spaced
-# out so parked waiters do not pause every answer (askcards/collector.py says why and by how much).
+# Start-up is over: what it made lives as long as the process, and full collections are paced by
+# askcards over what is not frozen, so parked waiters do not pause every answer (askcards/collector.py
+# says why and by how much).
 collector.settle()

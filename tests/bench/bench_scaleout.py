@@ -204,7 +204,8 @@ class Socket:
                     waiter = by_ask.get(data.get("requestId"))
                     if waiter is not None and self.role == "answerer":
                         waiter.call.ack = data
-                elif kind not in ("history", "history_add") and len(self.other) < 5:
+                # "delivered": the agent took the result of an ask this socket's user answered.
+                elif kind not in ("history", "history_add", "ask_user_questions_delivered") and len(self.other) < 5:
                     self.other.append(data)
         finally:
             self.closed = f"closed (code {self.ws.close_code})"
