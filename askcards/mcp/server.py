@@ -357,6 +357,22 @@ async def _run(ctx: ServerRequestContext[Any, Any], caller: Caller, name: str, a
         raise _invalid(exc.message) from None
 
 
+async def _made(ctx: ServerRequestContext[Any, Any], caller: Caller, name: str, arguments: Any) -> services.ToolCallOutcome:
+    """``_run``, finished even if the client goes away meanwhile (the pool goes on making the ask
+    anyway): an open ask it made for a blocking call then gets the lease of a call that left, the
+    grace period, as if it had parked and left. Else the ask, leased by nobody, would stay open
+    for a person to answer into a void until its deadline."""
+    run = asyncio.ensure_future(_run(ctx, caller, name, arguments))
+    try:
+        return await asyncio.shield(run)
+    except asyncio.CancelledError:
+        with suppress(Exception):
+            outcome = await run
+            if outcome.ask is not None and outcome.ask.is_open and outcome.ask.blocking:
+                await in_pool(services.caller_left, ask_id=outcome.ask.id, parked=False)
+        raise
+
+
 def _quota_refusal(exc: QuotaExceeded) -> services.ToolCallOutcome:
     """A tool call over one of the agent's quotas: a tool error the model and its host read (the
     REST API's 429 message, with the seconds to wait), no ask made."""
@@ -388,7 +404,7 @@ async def call_tool(ctx: ServerRequestContext[Any, Any], params: types.CallToolR
         if tool is not None and tool.blocking and ctx.request_id is not None:
             # Before the ask exists: a cancel that arrives while it is being made waits in the queue.
             await waiter.add(cancel_key(caller, ctx.request_id))
-        outcome = await _run(ctx, caller, params.name, params.arguments)
+        outcome = await _made(ctx, caller, params.name, params.arguments)
         if outcome.ask is None:
             return _call_result(outcome.status, outcome.tool_result, None)
         _release_arguments(ctx, params)
@@ -431,7 +447,7 @@ async def call_with_host(ctx: ServerRequestContext[Any, Any], caller: Caller, pa
     and the call returns the ask's result. An ask still open then (the response did not answer
     the form) is asked again."""
     if params.request_state is None:
-        outcome = await _run(ctx, caller, params.name, params.arguments)
+        outcome = await _made(ctx, caller, params.name, params.arguments)
         if outcome.ask is None:
             return _call_result(outcome.status, outcome.tool_result, None)
         ask = await in_pool(_read, caller.agent, outcome.ask.id)

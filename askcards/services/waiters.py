@@ -58,11 +58,14 @@ def waiters_alive(*, ask_ids: Iterable[str]) -> None:
                            waiter_until__isnull=False).update(waiter_until=until)
 
 
-def caller_left(*, ask_id: str) -> None:
+def caller_left(*, ask_id: str, parked: bool = True) -> None:
     """An MCP client's blocking call went away (its stream closed): the lease runs the grace period
-    from now, for the client to come back for it."""
-    Ask.objects.filter(pk=ask_id, status__in=Ask.OPEN, waiter_until__isnull=False).update(
-        waiter_until=timezone.now() + caller_grace())
+    from now, for the client to come back for it. ``parked=False``: it went away while its ask was
+    being made, before it parked and took the lease; the lease starts here."""
+    asks = Ask.objects.filter(pk=ask_id, status__in=Ask.OPEN)
+    if parked:
+        asks = asks.filter(waiter_until__isnull=False)
+    asks.update(waiter_until=timezone.now() + caller_grace())
 
 
 def caller_polled(*, ask: Ask) -> None:

@@ -4,6 +4,7 @@ with the same ``call_id`` or a task read within the grace keeps it. Through the 
 from __future__ import annotations
 
 import asyncio
+import time
 from datetime import timedelta
 
 import pytest
@@ -82,6 +83,35 @@ async def test_a_call_left_and_never_taken_back_is_cancelled_caller_gone(era, ag
     outcome = await database_sync_to_async(services.ask_answer)(ask_id=ask.id, respondent_id="alice",
                                                                 answers=answer_for(), surface="web")
     assert not outcome.accepted
+
+
+@pytest.mark.parametrize("era", [wire.LEGACY, wire.MODERN])
+async def test_a_call_left_while_its_ask_is_being_made_is_cancelled_caller_gone_too(era, agent_and_key, present_session,
+                                                                                   settings, monkeypatch):
+    """The client goes away after the ask exists (a person may already see it) but before the call
+    parked and took the lease: the ask gets the grace period all the same, and is withdrawn once
+    it passes, not left open for someone to answer into a void."""
+    settings.ASKCARDS_MCP_CALLER_GRACE_SECONDS = 60
+    made = services.tool_call
+
+    def slow_to_return(**kwargs):
+        outcome = made(**kwargs)
+        time.sleep(1)  # the ask is committed and shown; the call has not parked yet
+        return outcome
+
+    monkeypatch.setattr(services, "tool_call", slow_to_return)
+    call = asyncio.create_task(wire.rpc(agent_and_key[1], "tools/call", _call(), era=era, timeout=30))
+    ask = await _pending()
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    await asyncio.sleep(1.5)
+    left = await _get(ask.id)
+    assert left.status == Ask.Status.PENDING and left.waiter_until is not None, "no lease: never withdrawn"
+    assert 50 < (left.waiter_until - timezone.now()).total_seconds() <= 60
+    await _lapse(ask.id)
+    assert await _sweep() == 1
+    assert ((await _get(ask.id)).status, (await _get(ask.id)).reason) == ("cancelled", "caller_gone")
 
 
 async def test_a_re_call_with_the_same_call_id_takes_the_ask_back_and_gets_the_answer(agent_and_key, present_session):
