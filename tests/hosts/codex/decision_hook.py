@@ -44,7 +44,9 @@ def main() -> int:
     if behavior == "silent":
         return 0
     if behavior == "sleep":
-        (record_dir / "hook.pid").write_text(str(os.getpid()))
+        # Whole or not at all: the test reads it as soon as the name exists.
+        (record_dir / "hook.pid.tmp").write_text(str(os.getpid()))
+        (record_dir / "hook.pid.tmp").replace(record_dir / "hook.pid")
         time.sleep(60)
         (record_dir / "slept-through").write_text("the hook was not stopped at its timeout")
         return 0
