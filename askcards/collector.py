@@ -59,24 +59,25 @@ def resident_bytes() -> int:
 
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
-_pacer: Pacer | None = None
+_settled = False
 
 
 def settle() -> None:
     """Freeze what start-up made and pace full collections (see the module docstring). Once per
     process; a second call changes nothing."""
-    global _pacer
-    if _pacer is not None:
+    global _settled
+    if _settled:
         return
-    gc.collect()
-    gc.freeze()
-    young, middle, _ = gc.get_threshold()
+    _settled = True
     if not PACE_SECONDS:
+        gc.collect()
+        gc.freeze()
+        young, middle, _ = gc.get_threshold()
         gc.set_threshold(young, middle, FULL_EVERY)
         return
-    _pacer = Pacer()
-    _pacer.take_over()
-    threading.Thread(target=_pace, args=(_pacer, PACE_SECONDS), name="askcards-collector", daemon=True).start()
+    pacer = Pacer()
+    pacer.take_over()
+    threading.Thread(target=_pace, args=(pacer, PACE_SECONDS), name="askcards-collector", daemon=True).start()
 
 
 def _pace(pacer: Pacer, seconds: float) -> None:
@@ -107,17 +108,16 @@ class Pacer:
         self.baseline = self.resident()
 
     def tick(self) -> None:
-        """One paced full collection."""
+        """One paced full collection: of everything, unfrozen first, once memory has grown."""
         resident = self.resident()
-        if resident > GROWTH * max(self.baseline, FLOOR):
-            began, before = self.clock(), self.baseline
+        everything = resident > GROWTH * max(self.baseline, FLOOR)
+        began, before = self.clock(), self.baseline
+        if everything:
             self.gc.unfreeze()
-            freed = self.gc.collect()
-            self.gc.freeze()
+        freed = self.gc.collect()
+        self.gc.freeze()
+        if everything:
             self.baseline = self.resident()
             logger.info("full collection of everything, resident memory %.0f MB (%.0f MB after the last): %d "
                         "unreachable objects freed in %.0f ms", resident / 2**20, before / 2**20, freed,
                         1000 * (self.clock() - began))
-            return
-        self.gc.collect()
-        self.gc.freeze()

@@ -8,12 +8,12 @@ from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
 from askcards import collector, selectors, services
+from askcards.models import Session
+from tests.surfaces import RecordingSurface
 
 # The suite's own process keeps CPython's full collections: tests look for objects with
 # gc.get_objects(), which never lists frozen ones (the servers tests start pace theirs).
 collector.PACE_SECONDS = 0
-from askcards.models import Session
-from tests.surfaces import RecordingSurface
 
 QUESTIONS = [
     {

@@ -208,7 +208,6 @@ async def test_a_parked_call_putting_its_form_to_the_host_holds_no_row_either(ag
     assert answer.result["structuredContent"]["ask"]["status"] == "answered"
 
 
-
 @pytest.mark.parametrize("era", [wire.LEGACY, wire.MODERN])
 async def test_a_parked_call_leaves_no_cycle_behind_once_answered(era, agent_and_key, present_session, monkeypatch):
     """What a parked call held is freed as it ends, by reference counting: none of it is left in a
