@@ -59,6 +59,25 @@ async def test_wait_for_unknown_ask_is_404(agent_and_key):
     assert json.loads(response["body"])["error"]["code"] == "not_found"
 
 
+@pytest.mark.parametrize("method", ["GET", "POST"])
+async def test_waiting_on_another_agents_ask_is_404_and_changes_nothing(agent_and_key, pending_ask, method):
+    """The wait parks before it first reads the ask (``parks_here``): that read's refusal is still
+    the API's 404, at once, and neither the ask nor the registry of waiters keeps a trace of it."""
+    from askcards.hub import HUB
+
+    other_key = (await database_sync_to_async(services.agent_create)(name="agent-b"))[1]
+    await database_sync_to_async(services.ask_answer)(ask_id=pending_ask.id, answers=answer_for(), surface="web")
+    started = time.monotonic()
+    body = {"timeout": 30} if method == "POST" else None
+    response = await _get(f"/api/v1/asks/{pending_ask.id}/wait?timeout=30", other_key, body, method=method
+                          ).get_response(timeout=10)
+    assert response["status"] == 404 and time.monotonic() - started < 3
+    assert json.loads(response["body"])["error"]["code"] == "not_found"
+    assert HUB.count() == 0
+    await database_sync_to_async(pending_ask.refresh_from_db)()
+    assert pending_ask.status == "answered" and pending_ask.result_delivered_at is None
+
+
 async def test_wait_without_key_is_401(pending_ask):
     response = await HttpCommunicator(application, "GET", f"/api/v1/asks/{pending_ask.id}/wait", headers=[(b"host", b"testserver")]).get_response(timeout=10)
     assert response["status"] == 401

@@ -5,6 +5,12 @@ the answer is "not yet", attaches a ``LongPoll`` to its response. The ASGI app b
 request in the process's hub (``askcards.hub``: one entry under each of the view's keys), re-runs
 the view's ``again`` in a pooled thread when woken or timed out, and sends that response.
 
+A view served here (``parks_here``) may leave its first read to ``again``: the app runs it once the
+waiter is registered, which it must do anyway (what changed between a read and the registration
+would otherwise be missed), and renders what it raises as the view would (a 404, say). A REST
+client that waits by sending the wait again every minute then costs one read of the ask fewer
+each time.
+
 Served by ``project.asgi`` ahead of Django's handler: Django's ASGI handler gives every request a
 dedicated thread for its sync parts, which would mean one idle thread per waiter. Under a plain
 WSGI server the same views answer at once with the current state (no waiting).
@@ -13,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from dataclasses import dataclass
 from io import BytesIO
 from typing import Any, Callable
@@ -65,6 +72,16 @@ class LongPollResponse(Response):
     @data.setter
     def data(self, value: Any) -> None:
         self._data = value
+
+
+PARKS = "askcards.long_poll"  # set in the ASGI scope of a request ``LongPollApp`` serves
+
+
+def parks_here(request: Any) -> bool:
+    """Whether ``request`` (Django's or DRF's) is served by ``LongPollApp``: a ``LongPoll`` on its
+    response is waited on, and ``again`` is run once the waiter is registered before anything else.
+    Under another server (plain WSGI) the view answers at once with the current state."""
+    return bool(getattr(request, "scope", {}).get(PARKS))
 
 
 def _parks(response: Any) -> bool:
@@ -125,7 +142,7 @@ class LongPollApp:
             return
         if body is None:  # client went away
             return
-        request = ASGIRequest(scope, BytesIO(body))
+        request = ASGIRequest({**scope, PARKS: True}, BytesIO(body))
         if agent is not None:
             # Authenticated above, before the body was read: DRF's Request takes this attribute
             # as the authenticated user instead of checking the key a second time.
@@ -139,7 +156,7 @@ class LongPollApp:
             # oldest generation, whose collections pause the whole process (askcards/collector.py).
             del response
             with metrics.parked("rest"), services.parked_wait(poll.agent_id):
-                response = await self._wait(poll, receive)
+                response = await self._wait(poll, receive, functools.partial(self._again, request, kwargs, poll))
             if response is None:  # client went away
                 if poll.leave is not None:
                     await in_pool(poll.leave)
@@ -154,24 +171,43 @@ class LongPollApp:
             name = "get"
         return name in view_class.http_method_names and hasattr(view_class, name)
 
-    def _authenticate(self, request, kwargs):
-        """``(agent, None)``, or ``(None, the view's own rendered error response)`` when the request
-        carries no valid agent key. Only the view's authentication and permissions run here (no
-        throttles, no body)."""
+    def _view(self, request, kwargs):
+        """A fresh instance of the view and DRF's request for ``request``, as its dispatch makes them."""
         view = self.view.view_class(**self.view.view_initkwargs)
         view.args, view.kwargs, view.headers = (), kwargs, view.default_response_headers
         drf_request = view.initialize_request(request, **kwargs)
         view.request = drf_request
+        return view, drf_request
+
+    @staticmethod
+    def _refusal(view, drf_request, kwargs, exc: Exception) -> HttpResponse:
+        """The view's own rendered response to ``exc`` (its exception handler's error shape)."""
+        response = view.finalize_response(drf_request, view.handle_exception(exc), **kwargs)
+        response.render()
+        return response
+
+    def _authenticate(self, request, kwargs):
+        """``(agent, None)``, or ``(None, the view's own rendered error response)`` when the request
+        carries no valid agent key. Only the view's authentication and permissions run here (no
+        throttles, no body)."""
+        view, drf_request = self._view(request, kwargs)
         try:
             view.perform_authentication(drf_request)
             view.check_permissions(drf_request)
         except Exception as exc:
-            response = view.finalize_response(drf_request, view.handle_exception(exc), **kwargs)
-            response.render()
-            return None, response
+            return None, self._refusal(view, drf_request, kwargs, exc)
         return drf_request.user, None
 
-    async def _wait(self, poll: LongPoll, receive) -> HttpResponse | None:
+    def _again(self, request, kwargs, poll: LongPoll, final: bool) -> Any:
+        """``poll.again(final)``; what it raises (the first read of a view that left it to ``again``:
+        another agent's ask, say) answered as the view answers it."""
+        try:
+            return poll.again(final)
+        except Exception as exc:
+            view, drf_request = self._view(request, kwargs)
+            return self._refusal(view, drf_request, kwargs, exc)
+
+    async def _wait(self, poll: LongPoll, receive, again: Callable[[bool], Any]) -> HttpResponse | None:
         """Park until woken (then re-read), the client leaves (None) or the timeout (final read).
 
         The bus may fail under the wait (Redis stopped or restarted): the waiter then has it
@@ -187,7 +223,7 @@ class LongPollApp:
                     while True:
                         # Read after registering (the state may have changed since the view's read),
                         # and again after every wake or re-read the waiter asks for.
-                        data = await _in_pool(poll.again, False)
+                        data = await _in_pool(again, False)
                         if data is not None:
                             return _json(data)
                         remaining = deadline - loop.time()
@@ -198,7 +234,7 @@ class LongPollApp:
                             return None
                         if loop.time() >= deadline:
                             break
-            return _json(await _in_pool(poll.again, True))
+            return _json(await _in_pool(again, True))
         finally:
             if not disconnect.done():
                 disconnect.cancel()

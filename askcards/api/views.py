@@ -18,7 +18,7 @@ from askcards.models import Ask
 
 from . import schema
 from . import serializers as s
-from .longpoll import LongPoll, LongPollResponse
+from .longpoll import LongPoll, LongPollResponse, parks_here
 
 
 # What a 404 means where the path names an object: the schema cannot know which ids exist.
@@ -144,18 +144,19 @@ def _ask_now(agent, ask_id: str, *, final: bool, deliver: bool, shape: Callable[
     return shape(ask)
 
 
-def _ask_waited(agent, ask_id: str, *, wait: int, deliver: bool, shape: Callable[[Ask], Any]) -> Response:
-    """This agent's ask in a response; while it is open and the client waits, a long-poll on it.
-    Parking reads only the ask's status; each re-read of the parked wait (after registering, after
-    a wake) reads the ask, one statement, and renders it once it has ended (or when this response
-    renders, under a server without ``LongPollApp``: ``LongPollResponse``). A client that waits by
-    sending the wait again every minute costs a status read, two reads of the ask and one rendering
-    a minute."""
+def _ask_waited(request, ask_id: str, *, wait: int, deliver: bool, shape: Callable[[Ask], Any]) -> Response:
+    """The request's agent's ask in a response; while it is open and the client waits, a long-poll
+    on it. Served by ``LongPollApp`` (``parks_here``), the wait parks without reading: the app's
+    re-read once the waiter is registered is the first read (the ask, one statement; another
+    agent's ask is its 404), then one after every wake, and it renders the ask once it has ended.
+    Elsewhere (plain WSGI) the ask is read and answered at once. A client that waits by sending
+    the wait again every minute thus costs two reads of the ask and one rendering a minute."""
+    agent = request.user
 
     def now(final: bool) -> Any:
         return _ask_now(agent, ask_id, final=final, deliver=deliver, shape=shape)
 
-    if wait and selectors.ask_is_open(agent=agent, ask_id=ask_id):
+    if wait and parks_here(request):
         response = LongPollResponse(later=lambda: now(True))
         response.long_poll = LongPoll(keys=[events.ask_key(ask_id)], timeout=wait, again=now, agent_id=agent.pk)
         return response
@@ -206,7 +207,7 @@ class ToolCallApi(APIView):
         if outcome.ask is None:
             data = {"status": outcome.status, "ask": None, "tool_result": outcome.tool_result}
             return Response(s.ToolCallOutput.of(data))
-        return _ask_waited(agent, outcome.ask.id, wait=data["wait"], deliver=True, shape=_tool_call_data)
+        return _ask_waited(request, outcome.ask.id, wait=data["wait"], deliver=True, shape=_tool_call_data)
 
 
 class AskListApi(APIView):
@@ -247,7 +248,7 @@ class AskWaitApi(APIView):
     )
     def get(self, request, ask_id: str):
         query = _validated(s.WaitQuery, request.query_params)
-        return self._wait(request.user, ask_id, query["timeout"], deliver=False)
+        return self._wait(request, ask_id, query["timeout"], deliver=False)
 
     @schema.operation(
         "ask_wait_deliver", {200: s.AskOutput}, *schema.BODY, "quota_exceeded", request=s.WaitInput,
@@ -255,13 +256,13 @@ class AskWaitApi(APIView):
     )
     def post(self, request, ask_id: str):
         data = _validated(s.WaitInput, _body(request))
-        return self._wait(request.user, ask_id, data["timeout"], deliver=True)
+        return self._wait(request, ask_id, data["timeout"], deliver=True)
 
     @staticmethod
-    def _wait(agent, ask_id: str, timeout: int, *, deliver: bool) -> Response:
+    def _wait(request, ask_id: str, timeout: int, *, deliver: bool) -> Response:
         if timeout:
-            services.quota_check_parked(agent=agent)
-        return _ask_waited(agent, ask_id, wait=timeout, deliver=deliver, shape=s.AskOutput.of)
+            services.quota_check_parked(agent=request.user)
+        return _ask_waited(request, ask_id, wait=timeout, deliver=deliver, shape=s.AskOutput.of)
 
 
 class AskCancelApi(APIView):
