@@ -326,7 +326,7 @@ class PanelConsumer(AsyncJsonWebsocketConsumer):
         else:
             await self.send_json(event["message"])
         if ask_id is not None:
-            item = await _history_add(self.username, ask_id)
+            item = event["history"] if "history" in event else await _history_add(self.username, ask_id)
             if item is not None:
                 await self.send_json(item)
         await self.fill()

@@ -299,6 +299,8 @@ def close(
             return False
         ask.status, ask.reason, ask.closed_at, ask.result = status, reason, now, result
         ask.closed_on = surface
+        if row is not None:
+            _answered_in_memory(ask, row[0], row[1])
         surfaces.mark_changed(ask)
         # Last: the event's sequence number locks the agent's row until commit, and every answer
         # to any of the agent's asks waits for that lock (seen in tests/bench as transactions
@@ -312,6 +314,19 @@ def close(
         transaction.on_commit(partial(after_change, ask, "withdraw"))
     logger.info("ask %s %s→%s (%s) by %s via %s", ask.id, from_status, status, reason, actor.split(":")[0], surface or "-")
     return True
+
+
+def _answered_in_memory(ask: Ask, key: str, values: dict[str, Any]) -> None:
+    """An untargeted ask's one respondent row (its owner's: ``tool_call`` made it) as ``close`` just
+    wrote it, in ``ask.respondents``: what its surfaces show of the answer after commit (the panel's
+    history line) needs no read. A targeted collection's other rows are not known here: it is left
+    to be read."""
+    if ask.target_type != Ask.Target.NONE or key != ask.sender_id.casefold():
+        return
+    row = Respondent(ask_id=ask.pk, respondent_id=ask.sender_id, respondent_key=key, **values)
+    # Where Django's prefetch_related keeps what it read, and ``ask.respondents.all()`` looks first.
+    cache = ask.__dict__.setdefault("_prefetched_objects_cache", {})
+    cache["respondents"] = [row]
 
 
 def _result_on_close(ask: Ask, status: str, reason: str, open_now: bool) -> dict[str, Any]:

@@ -483,9 +483,17 @@ class WebSurface(Surface):
         self._push(ask, {"type": "panel.show", "ask_id": ask.id})
 
     def withdraw(self, ask: Ask) -> None:
-        # Everything the panel says about the ending is in the message; sockets re-read only the
-        # ask's history entry (the panel user's own answers).
-        self._push(ask, {"type": "panel.withdraw", "ask_id": ask.id, "message": cancelled_message(ask)})
+        """Everything the panel says about the ending is in the message, and for a question ask its
+        history line too (``history``: None when the history does not list it), made once here
+        rather than read again by every socket of the user; their sockets re-read a DingTalk
+        form's, which is the panel user's own respondent row. The push goes to the session's web
+        user only, whom the agent had granted when the ask was made (``tool_call``)."""
+        if not ask.session.web_user:
+            return
+        message: dict[str, Any] = {"type": "panel.withdraw", "ask_id": ask.id, "message": cancelled_message(ask)}
+        if ask.tool != dt.NAME:
+            message["history"] = history_add(ask)
+        self._push(ask, message)
 
     def result_delivered(self, ask: Ask) -> None:
         self._push(ask, {"type": "panel.delivered", "ask_id": ask.id})

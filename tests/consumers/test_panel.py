@@ -113,6 +113,34 @@ async def test_second_panel_told_when_first_answers(web_surface, agent, web_sess
     await two.disconnect()
 
 
+async def test_every_tab_gets_the_answer_in_its_history_without_reading_it_again(
+        web_surface, agent, web_session, users, monkeypatch):
+    """The history line of an answered question ask (the person's own answers) comes with the push
+    that closes it, made once where it was answered: the user's tabs, however many, list it without
+    reading the ask again each."""
+    from askcards import consumers
+
+    one, two = await _panel(users[0]), await _panel(users[0])
+    outcome = await _ask(agent, web_session)
+    await one.receive_json_from(timeout=5)
+    await two.receive_json_from(timeout=5)
+
+    async def no_reread(username, ask_id):
+        raise AssertionError("a tab read the answered ask again")
+
+    monkeypatch.setattr(consumers, "_history_add", no_reread)
+    await one.send_json_to({"type": "ask_user_questions_result", "requestId": outcome.ask.id,
+                            "answers": answer_for(labels=("SQLite",))})
+    for tab in (one, two):
+        messages = await _messages_until(tab, lambda got: "history_add" in {m["type"] for m in got})
+        item = next(m["ask"] for m in messages if m["type"] == "history_add")
+        assert (item["requestId"], item["status"], item["respondent"], item["surface"]) == (
+            outcome.ask.id, "answered", "submitted", "web")
+        assert item["answers"] == [{"question": "Database", "answer": "SQLite"}], item
+    await one.disconnect()
+    await two.disconnect()
+
+
 async def test_panel_cannot_answer_other_users_ask(web_surface, agent, web_session, users):
     await _panel(users[0])  # alice is present, so the ask is pending
     outcome = await _ask(agent, web_session)
