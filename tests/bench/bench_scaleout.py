@@ -13,7 +13,9 @@ Every step is bounded in time and count, every connection is to 127.0.0.1:
 
 1. A throwaway PostgreSQL database (random name, dropped at the end, always), Redis DB 13 flushed
    at start and end, ``migrate``; ``ceil(N / --per-user)`` Django users, each with a login session
-   (written with ``django.contrib.sessions``, as bench_longpoll does), one agent granted them all.
+   (written with ``django.contrib.sessions``, as bench_longpoll does), one agent granted them all;
+   ``ANALYZE`` (again once the asks are made and once the MCP calls are parked: the statistics
+   autovacuum keeps on a deployment, which this machine's PostgreSQL does not run).
 2. Both servers start; their RSS when idle.
 3. Panel sockets: each web user opens TWO ``/ws/panel/`` sockets (two tabs, placed by the load
    balancer): the "answerer" and the "watcher". Users cycle through the placements (A, B),
@@ -438,6 +440,7 @@ async def bench(args: argparse.Namespace, ports: list[int], servers: list[subpro
             report["unshown"] = unshown(created, user_sockets)
             await quiet_all(pids, 30)
             report["create_seconds"] = time.monotonic() - t0
+            analyze(setup["database_url"])
             report["rss"]["asks"] = snapshot_rss(pids)
             say(f"  {len(created)} REST + panel-only asks created and shown in {report['create_seconds']:.1f} s")
 
@@ -493,6 +496,7 @@ async def bench(args: argparse.Namespace, ports: list[int], servers: list[subpro
                 raise RuntimeError("the MCP calls stopped parking: none was shown (or failed) for 60 s")
             await quiet_all(pids, 30)
             report["mcp_park_seconds"] = time.monotonic() - t0
+            analyze(setup["database_url"])
             report["rss"]["mcp"] = snapshot_rss(pids)
             report["mcp_early"] = sum(1 for w in by_kind["mcp"] if w.call.done)
             report["unshown"] += unshown(by_kind["mcp"], user_sockets)
@@ -818,6 +822,18 @@ def create_database() -> str:
     return name
 
 
+def analyze(database_url: str) -> None:
+    """``ANALYZE`` the benchmark's database, as PostgreSQL's autovacuum does on its own once a
+    table has changed by a tenth (on by default). This machine's server runs with autovacuum off,
+    and without statistics the planner guesses: at 1,000 users granted to one agent it chose to
+    walk every grant for each panel read (five milliseconds each, not fifty microseconds). A
+    deployment has statistics; so do the measurements (after seeding, after parking)."""
+    import psycopg
+
+    with psycopg.connect(database_url, autocommit=True, connect_timeout=5) as conn:
+        conn.execute("ANALYZE")
+
+
 def drop_database(name: str) -> None:
     import psycopg
     from psycopg import sql
@@ -923,6 +939,8 @@ def one_round(args: argparse.Namespace, nofile: tuple[int, int], users: int) -> 
         say(f"setup: database {db_name}, Redis {REDIS_URL} (flushed), {users} web users, data dir {data_dir}")
         run_manage(env, "migrate", "--no-input", "-v", "0")
         setup = json.loads(run_python(env, SETUP % {"users": users}).strip().splitlines()[-1])
+        setup["database_url"] = env["DATABASE_URL"]
+        analyze(env["DATABASE_URL"])
         ports = [free_port(), free_port()]
         for n, extra in enumerate(([], ["--no-worker"])):
             log = open(data_dir / f"server-{NAMES[n]}.log", "wb")
