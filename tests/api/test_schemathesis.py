@@ -103,9 +103,9 @@ def world(request, agent_and_key, pending_ask, feishu_session, monkeypatch):
         pytest.skip("runs on SQLite: the README's test command (the PostgreSQL pass repeats the API tests)")
     wait = longpoll.LongPollApp._wait
 
-    async def short_wait(self, poll, receive):
+    async def short_wait(self, poll, receive, again):
         poll.timeout = min(poll.timeout, PARK_SECONDS)
-        return await wait(self, poll, receive)
+        return await wait(self, poll, receive, again)
 
     monkeypatch.setattr(longpoll.LongPollApp, "_wait", short_wait)
     return {
