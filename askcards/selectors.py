@@ -161,10 +161,11 @@ def ask_get(*, agent: Agent, ask_id: str) -> Ask:
     return ask
 
 
-def ask_is_open(*, agent: Agent, ask_id: str) -> bool:
-    """Whether this agent's ask is still open (False when there is no such ask): a parked wait's
-    re-read, the status alone."""
-    return Ask.objects.filter(agent=agent, id=ask_id, status__in=Ask.OPEN).exists()
+def with_respondents(ask: Ask) -> Ask:
+    """``ask`` with its respondents read into ``ask.respondents.all()``, in their order: what a
+    woken wait renders (``db.statements.ask_respondents``, one statement)."""
+    statements.ask_respondents(ask)
+    return ask
 
 
 def ask_list(*, agent: Agent, session: Session | None = None, status: str | None = None) -> QuerySet[Ask]:

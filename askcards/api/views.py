@@ -139,6 +139,7 @@ def _ask_now(agent, ask_id: str, *, final: bool, deliver: bool, shape: Callable[
     ask = selectors.ask_get(agent=agent, ask_id=ask_id)  # one statement, whether open or not
     if not final and ask.is_open:
         return None
+    selectors.with_respondents(ask)  # the shapes list them
     if deliver:
         services.ask_result_returned(ask=ask)
     return shape(ask)

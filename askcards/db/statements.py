@@ -222,6 +222,33 @@ def _agent_ask_sql(alias: str) -> str:
     return _ask_and_session(connection) + f"WHERE a.{q('id')} = %s AND a.{q('agent_id')} = %s LIMIT 1"
 
 
+def ask_respondents(ask: Any) -> None:
+    """Read ``ask``'s respondents, in their order, into ``ask.respondents.all()`` (what
+    ``prefetch_related`` would leave there): every woken wait renders them (the REST shape lists
+    them, an MCP result is made from them), and as ORM code compiling the query cost more than
+    the database's work."""
+    from askcards.models import Respondent
+
+    connection = _connection_for(Respondent)
+    with connection.cursor() as cursor:
+        cursor.execute(_ask_respondents_sql(connection.alias), [ask.pk])
+        rows = cursor.fetchall()
+    names = _field_names(Respondent)
+    ask.__dict__.setdefault("_prefetched_objects_cache", {})["respondents"] = [
+        _instance(Respondent, connection, names, row) for row in rows
+    ]
+
+
+@functools.lru_cache(maxsize=None)
+def _ask_respondents_sql(alias: str) -> str:
+    from askcards.models import Respondent
+
+    connection = connections[alias]
+    q = functools.partial(quote, connection)
+    return (f"SELECT {_columns(connection, Respondent, 'r')} FROM {q(Respondent._meta.db_table)} r "
+            f"WHERE r.{q('ask_id')} = %s ORDER BY r.{q('position')}, r.{q('id')}")
+
+
 def panel_ask(*, username: str, ask_id: str) -> Any:
     """Ask ``ask_id`` with its ``session`` and ``agent`` when the panel of web user ``username``
     may see it (a session naming them, of an agent that granted them), else None; its respondents

@@ -578,8 +578,7 @@ def _read(agent: Agent, ask_id: str, *, returned: bool = False) -> Ask:
     """The ask with its session and respondents read (in the pool: results are built from them
     on the event loop, where the ORM may not run). ``returned``: an ended ask's result is about to
     go back to the caller, and counts as returned (``services.ask_result_returned``)."""
-    ask = selectors.ask_get(agent=agent, ask_id=ask_id)
-    prefetch_related_objects([ask], "respondents")
+    ask = selectors.with_respondents(selectors.ask_get(agent=agent, ask_id=ask_id))
     if returned and not ask.is_open:
         services.ask_result_returned(ask=ask)
     return ask

@@ -325,8 +325,7 @@ def _answered_in_memory(ask: Ask, key: str, values: dict[str, Any]) -> None:
         return
     row = Respondent(ask_id=ask.pk, respondent_id=ask.sender_id, respondent_key=key, **values)
     # Where Django's prefetch_related keeps what it read, and ``ask.respondents.all()`` looks first.
-    cache = ask.__dict__.setdefault("_prefetched_objects_cache", {})
-    cache["respondents"] = [row]
+    ask.__dict__.setdefault("_prefetched_objects_cache", {})["respondents"] = [row]
 
 
 def _result_on_close(ask: Ask, status: str, reason: str, open_now: bool) -> dict[str, Any]:

@@ -264,6 +264,26 @@ def test_agent_ask_reads_the_agents_ask_with_its_session_and_nobody_elses(feishu
     assert statements.agent_ask(agent_id=feishu_ask.agent_id, ask_id="q_missing") is None
 
 
+def test_ask_respondents_reads_them_all_in_their_order_as_the_orm_does(feishu_ask, feishu_session,
+                                                                     django_assert_num_queries):
+    Respondent.objects.create(ask=feishu_ask, respondent_id="Cy", respondent_key="cy", position=2,
+                              status="submitted", answers=[{"question": "数据库？", "selectedLabels": ["SQLite"]}],
+                              answered_at=timezone.now(), surface="feishu")
+    Respondent.objects.create(ask=feishu_ask, respondent_id="Bob", respondent_key="bob", position=1)
+    other = new_ask(feishu_session)
+    Respondent.objects.create(ask=other, respondent_id="Dee", respondent_key="dee", position=0)
+    ask = statements.agent_ask(agent_id=feishu_ask.agent_id, ask_id=feishu_ask.pk)
+
+    with django_assert_num_queries(1):
+        statements.ask_respondents(ask)
+        read = list(ask.respondents.all())  # what was read is there
+    expected = list(Respondent.objects.filter(ask=feishu_ask).order_by("position"))
+    assert [row.respondent_key for row in read] == ["bob", "cy"]
+    assert all(same_row(got, want) for got, want in zip(read, expected, strict=True))
+    statements.ask_respondents(other)
+    assert [row.respondent_key for row in other.respondents.all()] == ["dee"]
+
+
 def test_panel_ask_reads_an_ask_only_for_the_granted_web_user_its_session_names(agent, other_agent, web_session):
     ask = new_ask(web_session, surfaces=["web"], sender_id="alice")
     read = statements.panel_ask(username="alice", ask_id=ask.pk)
