@@ -158,6 +158,7 @@ def ask_get(*, agent: Agent, ask_id: str) -> Ask:
     ask = statements.agent_ask(agent_id=agent.pk, ask_id=ask_id)
     if ask is None:
         raise NotFound(f"no ask {ask_id!r} (expected an ask id of this agent, like q_<32 hex>)")
+    ask.agent = agent  # the row the caller holds: what reads ``ask.agent`` later (the panel's lines) reads no more
     return ask
 
 
