@@ -234,9 +234,13 @@ def ask_respondents(ask: Any) -> None:
         cursor.execute(_ask_respondents_sql(connection.alias), [ask.pk])
         rows = cursor.fetchall()
     names = _field_names(Respondent)
-    ask.__dict__.setdefault("_prefetched_objects_cache", {})["respondents"] = [
-        _instance(Respondent, connection, names, row) for row in rows
-    ]
+    keep_related(ask, "respondents", [_instance(Respondent, connection, names, row) for row in rows])
+
+
+def keep_related(instance: models.Model, name: str, rows: list[Any]) -> None:
+    """``rows`` as ``instance``'s related ``name`` (what ``prefetch_related`` leaves, where
+    ``instance.<name>.all()`` looks first): rows read by hand, or just written, need no query."""
+    instance.__dict__.setdefault("_prefetched_objects_cache", {})[name] = rows
 
 
 @functools.lru_cache(maxsize=None)

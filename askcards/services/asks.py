@@ -323,9 +323,9 @@ def _answered_in_memory(ask: Ask, key: str, values: dict[str, Any]) -> None:
     to be read."""
     if ask.target_type != Ask.Target.NONE or key != ask.sender_id.casefold():
         return
-    row = Respondent(ask_id=ask.pk, respondent_id=ask.sender_id, respondent_key=key, **values)
-    # Where Django's prefetch_related keeps what it read, and ``ask.respondents.all()`` looks first.
-    ask.__dict__.setdefault("_prefetched_objects_cache", {})["respondents"] = [row]
+    statements.keep_related(ask, "respondents", [
+        Respondent(ask_id=ask.pk, respondent_id=ask.sender_id, respondent_key=key, **values)
+    ])
 
 
 def _result_on_close(ask: Ask, status: str, reason: str, open_now: bool) -> dict[str, Any]:
