@@ -113,6 +113,17 @@ async def test_events_long_poll_wakes_on_new_event(agent_and_key, pending_ask):
     assert data["last_seq"] == 1 and time.monotonic() - started < 5
 
 
+async def test_events_long_poll_with_events_waiting_answers_at_once(agent_and_key, pending_ask):
+    await database_sync_to_async(services.ask_cancel)(ask=pending_ask, actor="agent:a")
+    started = time.monotonic()
+    response = await _get("/api/v1/events?after=0&wait=30", agent_and_key[1]).get_response(timeout=10)
+    data = json.loads(response["body"])
+    assert [event["type"] for event in data["events"]] == ["ask.closed"] and data["last_seq"] == 1
+    assert time.monotonic() - started < 3
+    response = await _get("/api/v1/events?after=1&wait=1", agent_and_key[1]).get_response(timeout=10)
+    assert json.loads(response["body"]) == {"events": [], "last_seq": 1}
+
+
 async def test_events_long_poll_times_out_empty(agent_and_key):
     response = await _get("/api/v1/events?after=0&wait=1", agent_and_key[1]).get_response(timeout=10)
     assert json.loads(response["body"]) == {"events": [], "last_seq": 0}

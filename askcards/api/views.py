@@ -299,15 +299,17 @@ class EventsApi(APIView):
         agent, after, limit = request.user, query["after"], query["limit"]
         if query["wait"]:
             services.quota_check_parked(agent=agent)
-        response = LongPollResponse(_events_page(agent, after, limit, final=True))
-        if not response.data["events"] and query["wait"]:
-            response.long_poll = LongPoll(
-                keys=[events.agent_key(agent.pk)],
-                timeout=query["wait"],
-                again=lambda final: _events_page(agent, after, limit, final=final),
-                agent_id=agent.pk,
-            )
-        return response
+
+        def page(final: bool) -> dict[str, Any] | None:
+            return _events_page(agent, after, limit, final=final)
+
+        if query["wait"] and parks_here(request):
+            # As ``_ask_waited``: the app's read once the waiter is registered is the first one.
+            response = LongPollResponse(later=lambda: page(True))
+            response.long_poll = LongPoll(keys=[events.agent_key(agent.pk)], timeout=query["wait"], again=page,
+                                          agent_id=agent.pk)
+            return response
+        return Response(page(True))
 
 
 class EventsAckApi(APIView):
