@@ -40,7 +40,7 @@ from contextlib import nullcontext, suppress
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import anyio
 import mcp_types as types
@@ -67,6 +67,7 @@ from .caller import Caller, caller_for
 from .exchange import OUTBOUND
 
 logger = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 PROGRESS_SECONDS = 10  # progress notifications while a call waits (at least every 15 s, as promised)
 DEADLINE_GRACE_SECONDS = 30  # the worker expires an ask within ~2 s of its deadline; wait this long past it
@@ -358,18 +359,28 @@ async def _run(ctx: ServerRequestContext[Any, Any], caller: Caller, name: str, a
 
 
 async def _made(ctx: ServerRequestContext[Any, Any], caller: Caller, name: str, arguments: Any) -> services.ToolCallOutcome:
-    """``_run``, finished even if the client goes away meanwhile (the pool goes on making the ask
-    anyway): an open ask it made for a blocking call then gets the lease of a call that left, the
-    grace period, as if it had parked and left. Else the ask, leased by nobody, would stay open
-    for a person to answer into a void until its deadline."""
-    run = asyncio.ensure_future(_run(ctx, caller, name, arguments))
+    """``_run``, finished even if the client goes away meanwhile: an open ask it made for a
+    blocking call then gets the lease of a call that left, the grace period, as if it had parked
+    and left. Else the ask, leased by nobody, would stay open for a person to answer into a void
+    until its deadline."""
+
+    async def left(outcome: services.ToolCallOutcome) -> None:
+        if outcome.ask is not None and outcome.ask.is_open and outcome.ask.blocking:
+            await in_pool(services.caller_left, ask_id=outcome.ask.id, parked=False)
+
+    return await _despite_leaving(_run(ctx, caller, name, arguments), left)
+
+
+async def _despite_leaving(making: Awaitable[_T], left: Callable[[_T], Awaitable[None]]) -> _T:
+    """What ``making`` makes (an ask, in the pool), finished even if the client goes away meanwhile
+    (its request cancelled: the pool goes on making it anyway); then ``left`` is given it before
+    the cancellation goes on, so that what was made for a waiter that is gone is let go."""
+    run = asyncio.ensure_future(making)
     try:
         return await asyncio.shield(run)
     except asyncio.CancelledError:
-        with suppress(Exception):
-            outcome = await run
-            if outcome.ask is not None and outcome.ask.is_open and outcome.ask.blocking:
-                await in_pool(services.caller_left, ask_id=outcome.ask.id, parked=False)
+        with anyio.CancelScope(shield=True), suppress(Exception):
+            await left(await run)
         raise
 
 
@@ -478,6 +489,10 @@ async def permission_prompt(ctx: ServerRequestContext[Any, Any], caller: Caller,
         text = json.dumps(decision, ensure_ascii=False)
         return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
 
+    async def left(made: str | None) -> None:  # the client went away as the ask was being made
+        if made is not None:
+            await in_pool(services.host_left, agent=caller.agent, ask_id=made)
+
     try:
         prompt = prompt_tool.read_call(arguments)
     except HostEventError as exc:
@@ -488,8 +503,10 @@ async def permission_prompt(ctx: ServerRequestContext[Any, Any], caller: Caller,
         timeout = services.DEFAULT_TIMEOUT_SECONDS
     try:
         services.quota_check_parked(agent=caller.agent)
-        ask_id = await in_pool(services.host_prompt, agent=caller.agent, session=caller.session,
-                              sender_id=caller.sender_id, prompt=prompt, timeout_seconds=timeout)
+        ask_id = await _despite_leaving(
+            in_pool(services.host_prompt, agent=caller.agent, session=caller.session, sender_id=caller.sender_id,
+                    prompt=prompt, timeout_seconds=timeout),
+            left)
     except QuotaExceeded as exc:
         return reply(prompt_tool.refusal(exc.message))
     except (HostEventError, AskcardsError) as exc:
@@ -503,7 +520,7 @@ async def permission_prompt(ctx: ServerRequestContext[Any, Any], caller: Caller,
                 await _park(ctx, caller, ask_id, waiter)
     except BaseException:  # the client went away (its request cancelled): nobody answers into a void
         with anyio.CancelScope(shield=True):
-            await in_pool(services.host_left, agent=caller.agent, ask_id=ask_id)
+            await left(ask_id)
         raise
     decided = await in_pool(services.host_reply, agent=caller.agent, ask_id=ask_id, prompt=prompt,
                             decide=prompt_tool.decision, final=True)

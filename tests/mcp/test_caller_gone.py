@@ -114,6 +114,34 @@ async def test_a_call_left_while_its_ask_is_being_made_is_cancelled_caller_gone_
     assert ((await _get(ask.id)).status, (await _get(ask.id)).reason) == ("cancelled", "caller_gone")
 
 
+@pytest.mark.parametrize("era", [wire.LEGACY, wire.MODERN])
+async def test_a_permission_prompt_left_while_its_ask_is_being_made_is_withdrawn_host_gone(era, agent_and_key,
+                                                                                          present_session, monkeypatch):
+    """The headless permission prompt (``claude -p`` interrupted) goes away after its ask exists but
+    before it parked: the ask is withdrawn at once (``host_gone``), as when it leaves while parked,
+    not kept open under the host's lease for a person to answer into a void."""
+    made = services.host_prompt
+
+    def slow_to_return(**kwargs):
+        ask_id = made(**kwargs)
+        time.sleep(1)  # the ask is committed and shown; the call has not parked yet
+        return ask_id
+
+    monkeypatch.setattr(services, "host_prompt", slow_to_return)
+    prompt = {"name": "permission_prompt",
+              "arguments": {"tool_name": "Bash", "input": {"command": "git push --force"}, "tool_use_id": "toolu_01"}}
+    call = asyncio.create_task(wire.rpc(agent_and_key[1], "tools/call", prompt, era=era, timeout=30,
+                                        query=wire.WEB + "&permission_prompt=1"))
+    ask = await _pending()
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    async with asyncio.timeout(10):
+        while (await _get(ask.id)).is_open:
+            await asyncio.sleep(0.1)
+    assert ((await _get(ask.id)).status, (await _get(ask.id)).reason) == ("cancelled", "host_gone")
+
+
 async def test_a_re_call_with_the_same_call_id_takes_the_ask_back_and_gets_the_answer(agent_and_key, present_session):
     key = agent_and_key[1]
     ask = await _leave(key, _call("again"))
