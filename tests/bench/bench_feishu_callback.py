@@ -72,7 +72,9 @@ from tests.bench.bench_longpoll import (
     run_manage,
     say,
 )
-from tests.bench.common import Figure, add_rounds_argument, at_least, at_most, below, check_rounds, exactly, run_rounds
+from tests.bench.common import (
+    Figure, add_rounds_argument, analyze, at_least, at_most, below, check_rounds, exactly, run_rounds,
+)
 
 SETUP_TIMEOUT = 300  # seconds for the seeding process
 START_TIMEOUT = 60
@@ -585,6 +587,8 @@ def run_target(args: argparse.Namespace, target: str) -> TargetResult:
         per_card = args.asks_per_card or total
         cards = -(-total // per_card)
         seeded = seed_cards(env, cards, per_card)
+        if target == "postgres":
+            analyze(env["DATABASE_URL"])  # statistics, as autovacuum keeps them (common.analyze)
         pool = deque(PendingSubmit(*row) for row in seeded["asks"])
         result.seeded, result.seed_seconds, result.cards = len(pool), seeded["seconds"], cards
         if seeded["pending"] != len(pool):

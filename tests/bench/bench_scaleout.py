@@ -87,7 +87,9 @@ from tests.bench.bench_longpoll import (
     yardstick,
 )
 from tests.bench.bench_mcp import Call, check, mcp_call, stop_server
-from tests.bench.common import Figure, add_rounds_argument, at_least, at_most, below, check_rounds, exactly, run_rounds
+from tests.bench.common import (
+    Figure, add_rounds_argument, analyze, at_least, at_most, below, check_rounds, exactly, run_rounds,
+)
 
 PG_ADMIN_DSN = f"postgresql://postgres@{HOST}:5432/test"
 REDIS_URL = f"redis://{HOST}:6379/13"
@@ -820,18 +822,6 @@ def create_database() -> str:
     with psycopg.connect(PG_ADMIN_DSN, autocommit=True, connect_timeout=5) as conn:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     return name
-
-
-def analyze(database_url: str) -> None:
-    """``ANALYZE`` the benchmark's database, as PostgreSQL's autovacuum does on its own once a
-    table has changed by a tenth (on by default). This machine's server runs with autovacuum off,
-    and without statistics the planner guesses: at 1,000 users granted to one agent it chose to
-    walk every grant for each panel read (five milliseconds each, not fifty microseconds). A
-    deployment has statistics; so do the measurements (after seeding, after parking)."""
-    import psycopg
-
-    with psycopg.connect(database_url, autocommit=True, connect_timeout=5) as conn:
-        conn.execute("ANALYZE")
 
 
 def drop_database(name: str) -> None:
