@@ -26,13 +26,23 @@ Every step is bounded in time and count, every connection is to 127.0.0.1:
    - REST and panel-only asks are created with ``POST /api/v1/tools/call`` (no wait), alternately
      on A and B; RSS once both panels of every user show them;
    - REST: ``GET /api/v1/asks/{id}/wait?timeout=60`` parked on A or B (alternating); a wait that
-     comes back ``pending`` after its 60 s is sent again, as a client does; RSS once parked
-     (memory per REST long-poll);
+     comes back ``pending`` after its 60 s is sent again, as a client does. The first waits run
+     1..60 s (by index), so that from then on the re-polls come evenly, about N / 180 a second, as
+     clients that started at different times send them (with every first wait 60 s long, they
+     would all come in one burst a minute; with 30..60 s, in a 30 s burst every other half
+     minute, which one round's answers met and the next's did not). RSS once parked (memory per
+     REST long-poll);
    - MCP: a blocking ``tools/call`` (the 2025-11-25 stateless wire of bench_mcp) on A or B,
      creating its ask and parking; RSS once parked (memory per MCP call);
    - panel-only asks have no agent waiting: their waiter is the user's watcher socket.
-5. Answers over the answerer sockets at ``--rate`` a second on a fixed schedule, users in turn, so
-   consecutive answers go out on A and B alternately. Wakes: each REST wait / MCP call's result
+5. Answers over the answerer sockets on a fixed schedule, users in turn, so consecutive answers go
+   out on A and B alternately: first the capacity probe, steps of ``--capacity-seconds`` (10) at
+   rising rates from ``--capacity-start`` (10/s: doubling until a step misses wake p99 < 100 ms
+   or loses one, then bisecting); then the steady phase, ``--steady-seconds`` (120) at ``--rate``,
+   by default the target's 40/s when the probe held it (else the highest rate it held). The
+   steady phase is the target's second half ("then 120 s at that rate"): a rate that holds for a
+   10 s step may not hold for two minutes, which is what a deployment needs, so the figure for
+   the most a short step held is the capacity, and the steady phase checks the target's rate. Wakes: each REST wait / MCP call's result
    arrival minus its answer's send time; each watcher socket's ``ask_user_questions_cancelled``
    for the ask minus the same send time (every ask has a watcher). "Crossing" when the waiter is
    on the other process than the socket that answered (the wake went through Redis).
@@ -94,7 +104,7 @@ from tests.bench.common import (
 PG_ADMIN_DSN = f"postgresql://postgres@{HOST}:5432/test"
 REDIS_URL = f"redis://{HOST}:6379/13"
 REST_WAIT = 60
-REST_WAIT_MIN = 30  # a REST client's first wait is 30..60 s (by index), then 60 s: re-polls do not all come at once
+REST_FIRST_WAITS = 60  # a REST client's first wait is 1..60 s (by index), then 60 s: re-polls come evenly
 ASK_TIMEOUT = 3600
 WAKE_P99_TARGET_MS = 100.0
 KB_PER_WAITER_TARGET = 40.0  # per parked connection on average, at most
@@ -329,7 +339,7 @@ async def rest_wait(http: aiohttp.ClientSession, base: str, key: str, waiter: Wa
     ``polling["until"]`` (monotonic; the bench sets it once every answer has been sent)."""
     call = waiter.call
     headers = {"Authorization": f"Bearer {key}"}
-    wait = REST_WAIT_MIN + waiter.index % (REST_WAIT - REST_WAIT_MIN + 1)  # the first wait only
+    wait = 1 + (waiter.index // len(KINDS)) % REST_FIRST_WAITS  # the first wait only (see the module docstring)
     try:
         while True:
             call.headers_sent = time.monotonic()
@@ -521,7 +531,8 @@ async def bench(args: argparse.Namespace, ports: list[int], servers: list[subpro
             if args.capacity_steps:
                 say("  capacity probe (the parked waiters' first answers, in steps of rising rate):")
                 queue = list(order)
-                steady_min = min(len(order) // 2, 1000)  # what the steady phase keeps at least
+                # What the steady phase keeps at least: its length at the target's rate.
+                steady_min = min(len(order) // 2, round((args.rate or CAPACITY_TARGET) * args.steady_seconds))
 
                 async def measure(rate: float) -> dict[str, Any] | None:
                     count = max(50, round(rate * args.capacity_seconds))
@@ -534,7 +545,7 @@ async def bench(args: argparse.Namespace, ports: list[int], servers: list[subpro
                 report["capacity"] = await search_capacity(measure, args.capacity_start, args.capacity_steps)
                 order = queue
             held = [step["rate"] for step in report["capacity"] if step["held"]]
-            report["rate"] = rate = args.rate or (max(held) if held else args.capacity_start / 2)
+            report["rate"] = rate = args.rate or steady_rate(held, args.capacity_start)
             cut = max(100, round(rate * args.steady_seconds))
             steady, later = order[:cut], order[cut:]
             for w in steady:
@@ -753,6 +764,14 @@ def all_wakes_of(report: dict[str, Any]) -> list[float]:
     return sorted(ms for values in report["wakes"].values() for ms in values)
 
 
+def steady_rate(held: list[float], start: float) -> float:
+    """The steady phase's rate when ``--rate`` is not given: the target's once the probe held it
+    (the target is that rate for two minutes), else the highest rate held, else half the first."""
+    if not held:
+        return start / 2
+    return CAPACITY_TARGET if max(held) >= CAPACITY_TARGET else max(held)
+
+
 def capacity(report: dict[str, Any]) -> float:
     """The highest probed rate that held (0 when none did or there was no probe)."""
     return max((step["rate"] for step in report["capacity"] if step["held"]), default=0.0)
@@ -848,11 +867,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--waiters", type=int, default=10000, help="asks with a parked waiter, default 10000")
     parser.add_argument("--rate", type=float, default=0.0,
-                        help="steady answers per second; default: the highest rate the capacity probe held")
+                        help="steady answers per second; default: the target's 40 when the capacity probe held "
+                             "it, else the highest rate it held")
     parser.add_argument("--capacity-steps", type=int, default=6,
                         help="steps of the capacity probe (wake p99 < 100 ms, nothing lost); 0 skips it, default 6")
     parser.add_argument("--capacity-start", type=float, default=10.0, help="its first rate, answers/s, default 10")
-    parser.add_argument("--capacity-seconds", type=float, default=5.0, help="answers per step: rate x this (50 at least)")
+    parser.add_argument("--capacity-seconds", type=float, default=10.0,
+                        help="answers per step: rate x this (50 at least), default 10: a p99 over fewer wakes "
+                             "is the slowest one or two")
     parser.add_argument("--steady-seconds", type=float, default=120.0,
                         help="length of the steady phase (its wakes are the tables); the answers left after it go "
                              "out at --drain-rate and count for losses only; default 120")
