@@ -655,7 +655,7 @@ def print_report(args: argparse.Namespace, report: dict[str, Any], nofile: tuple
     say(f"phases: sockets {report['sockets_seconds']:.1f} s, REST+panel asks {report['create_seconds']:.1f} s, "
         f"REST parking {report['rest_park_seconds']:.1f} s, MCP parking {report['mcp_park_seconds']:.1f} s, steady answers "
         f"{report['answer_seconds']:.1f} s (max schedule slip {report['slip_ms']:.0f} ms), the other {report['drained']} "
-        f"answers {report['drain_seconds']:.1f} s; REST re-polls after their 30-60 s: "
+        f"answers {report['drain_seconds']:.1f} s; REST re-polls (their waits ended pending and were sent again): "
         f"{report['repolls']}; returned before any answer: REST {report['rest_early']}, MCP {report['mcp_early']}")
     say(f"panel shows missing once parked ((ask, socket of its user) pairs without the ask's message): "
         f"{report['unshown']} (counted below as lost: that user's tab does not show the ask)")
