@@ -36,7 +36,9 @@ Every step is bounded in time and count, every connection is to 127.0.0.1:
      creating its ask and parking; RSS once parked (memory per MCP call);
    - panel-only asks have no agent waiting: their waiter is the user's watcher socket.
 5. Answers over the answerer sockets on a fixed schedule, users in turn, so consecutive answers go
-   out on A and B alternately: first the capacity probe, steps of ``--capacity-seconds`` (10) at
+   out on A and B alternately: first ``--warmup`` answers (20) at 5/s, in no figure but losses
+   (each process's first answers pay once for what it has not done yet: the first of one round
+   here woke its watcher in 160 ms, the ones after in 12); then the capacity probe, steps of ``--capacity-seconds`` (10) at
    rising rates from ``--capacity-start`` (10/s: doubling until a step misses wake p99 < 100 ms
    or loses one, then bisecting); then the steady phase, ``--steady-seconds`` (120) at ``--rate``,
    by default the target's 40/s when the probe held it (else the highest rate it held). The
@@ -108,6 +110,7 @@ REST_FIRST_WAITS = 60  # a REST client's first wait is 1..60 s (by index), then 
 ASK_TIMEOUT = 3600
 WAKE_P99_TARGET_MS = 100.0
 KB_PER_WAITER_TARGET = 40.0  # per parked connection on average, at most
+WARMUP_RATE = 5.0  # answers/s of the warm-up before the capacity probe
 CAPACITY_TARGET = 40.0  # answers/s held (wake p99 < 100 ms, 0 lost) with all waiters parked, at least
 STEADY_SECONDS_TARGET = 120.0  # the steady phase at that rate, at least
 TARGET_WAITERS = 10_000  # the size the targets are for
@@ -517,14 +520,23 @@ async def bench(args: argparse.Namespace, ports: list[int], servers: list[subpro
                 + " / ".join(f"{mb(r):.0f}" for r in report["rss"]["mcp"]) + " MB")
 
             # --- what the parked waiters cost with nothing happening (heartbeats, REST re-polls)
-            cpu = [proc_cpu_seconds(p) for p in pids]
+            cpu, client = [proc_cpu_seconds(p) for p in pids], own_cpu_seconds()
             t0 = time.monotonic()
             await asyncio.sleep(args.idle_seconds)
             report["idle_cpu"] = [(proc_cpu_seconds(p) - c) / (time.monotonic() - t0) for p, c in zip(pids, cpu)]
+            report["client_idle_cpu"] = (own_cpu_seconds() - client) / (time.monotonic() - t0)
 
             # --- answers: users in turn, so the answering process alternates
             order = sorted((w for w in waiters if w.call.ask_id), key=lambda w: (w.index % args.per_user, w.user))
             report["unanswerable"] = len(waiters) - len(order)
+            # Warm-up: the first answers a process serves pay once for what it has not done yet
+            # (modules the answer path imports, statements its connections prepare, its first bus
+            # messages): a deployment that has run a while has paid that. Counted for losses only.
+            warm, order = order[:args.warmup], order[args.warmup:]
+            if warm:
+                await answer_steadily(warm, answerers, WARMUP_RATE)
+                await until(lambda: all(w.woken for w in warm), 30 + len(warm) / WARMUP_RATE, 0.1)
+                say(f"  warm-up: {len(warm)} answers at {WARMUP_RATE:g}/s (losses only)")
             # A capacity probe first, on the first answers (the waiters parked all the while):
             # rising rates until wake p99 misses 100 ms; the rest answered at the rate that held.
             report["capacity"] = []
@@ -552,12 +564,13 @@ async def bench(args: argparse.Namespace, ports: list[int], servers: list[subpro
                 w.steady = True
             report["steady_answers"] = len(steady)
             say(f"  steady phase: {len(steady)} answers at {rate:.1f}/s")
-            cpu = [proc_cpu_seconds(p) for p in pids]
+            cpu, client = [proc_cpu_seconds(p) for p in pids], own_cpu_seconds()
             t0 = time.monotonic()
             report["answer_seconds"], report["slip_ms"] = await answer_steadily(steady, answerers, rate)
             await until_stalled(lambda: sum(1 for w in steady if not w.woken), 600 + len(steady), stall=60)
             report["cpu_answer"] = [proc_cpu_seconds(p) - c for p, c in zip(pids, cpu)]
             report["cpu_answer_seconds"] = time.monotonic() - t0
+            report["client_cpu_answer"] = (own_cpu_seconds() - client) / report["cpu_answer_seconds"]
             # The rest: answered faster, checked for losses only (not in the wake tables).
             report["drained"], report["drain_seconds"] = len(later), 0.0
             if later:
@@ -663,7 +676,8 @@ def print_report(args: argparse.Namespace, report: dict[str, Any], nofile: tuple
     per_answer = [c * 1000 / answers for c in cpu]
     net = [(c - i * report["cpu_answer_seconds"]) * 1000 / answers for c, i in zip(cpu, idle)]
     say(f"server CPU with everything parked and nothing answered (heartbeats, REST re-polls): A {idle[0]:.0%}, "
-        f"B {idle[1]:.0%} of a core")
+        f"B {idle[1]:.0%} of a core; this load generator's own: {report['client_idle_cpu']:.0%} of a core, "
+        f"{report['client_cpu_answer']:.0%} during the steady answers (the same cores serve both)")
     say(f"server CPU during the steady answers and their wakes ({report['cpu_answer_seconds']:.0f} s): A {cpu[0]:.1f} s, "
         f"B {cpu[1]:.1f} s; per answer {sum(per_answer):.1f} ms (A {per_answer[0]:.1f}, B {per_answer[1]:.1f}), "
         f"{sum(net):.1f} ms without the parked waiters' own cost")
@@ -764,6 +778,12 @@ def all_wakes_of(report: dict[str, Any]) -> list[float]:
     return sorted(ms for values in report["wakes"].values() for ms in values)
 
 
+def own_cpu_seconds() -> float:
+    """CPU this process (the load generator: every client connection) has used, user + system."""
+    times = os.times()
+    return times.user + times.system
+
+
 def steady_rate(held: list[float], start: float) -> float:
     """The steady phase's rate when ``--rate`` is not given: the target's once the probe held it
     (the target is that rate for two minutes), else the highest rate held, else half the first."""
@@ -805,6 +825,8 @@ def figures(report: dict[str, Any]) -> list[Figure]:
         Figure("server CPU, parked and idle, B", idle[1] * 100, "% core"),
         Figure("server CPU per steady answer", sum(cpu) * 1000 / answers, "ms"),
         Figure("server CPU per steady answer, without the parked", net, "ms"),
+        Figure("load generator CPU, parked and idle", report["client_idle_cpu"] * 100, "% core"),
+        Figure("load generator CPU, steady answers", report["client_cpu_answer"] * 100, "% core"),
         Figure("CAPACITY (p99 < 100 ms, 0 lost, all parked)", capacity(report), "answers/s", at_least(CAPACITY_TARGET)),
         Figure("RATIO capacity / trivial view", capacity(report) / trivial if trivial else float("nan")),
         Figure("steady phase rate", rate, "answers/s", at_least(CAPACITY_TARGET)),
@@ -879,6 +901,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="length of the steady phase (its wakes are the tables); the answers left after it go "
                              "out at --drain-rate and count for losses only; default 120")
     parser.add_argument("--drain-rate", type=float, default=40.0, help="answers/s after the steady phase, default 40")
+    parser.add_argument("--warmup", type=int, default=20,
+                        help="answers before the capacity probe, in no figure but losses (each process's first "
+                             "answers pay once for what it has not done yet), default 20")
     parser.add_argument("--per-user", type=int, default=10, help="pending asks per web user (2 sockets each), default 10")
     parser.add_argument("--create-concurrency", type=int, default=20, help="creations in flight, default 20")
     parser.add_argument("--yardstick-seconds", type=float, default=5.0)
@@ -894,8 +919,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--waiters 3..20000, --rate >= 0, --per-user 1..100")
     if not 0 <= args.capacity_steps <= 20 or args.capacity_start <= 0 or not 1 <= args.capacity_seconds <= 60:
         parser.error("--capacity-steps 0..20, --capacity-start > 0, --capacity-seconds 1..60")
-    if args.steady_seconds <= 0 or args.drain_rate <= 0:
-        parser.error("--steady-seconds and --drain-rate > 0")
+    if args.steady_seconds <= 0 or args.drain_rate <= 0 or not 0 <= args.warmup <= 200:
+        parser.error("--steady-seconds and --drain-rate > 0, --warmup 0..200")
     if not args.rate and not args.capacity_steps:
         parser.error("--capacity-steps 0 needs a --rate")
 
