@@ -85,6 +85,29 @@ async def test_a_call_left_and_never_taken_back_is_cancelled_caller_gone(era, ag
     assert not outcome.accepted
 
 
+def _slow_to_return(monkeypatch, service: str) -> None:
+    """``services.<service>`` (what makes the ask) returns a second after the ask is committed and
+    shown: the call has not parked yet when the client leaves."""
+    made = getattr(services, service)
+
+    def slowly(**kwargs):
+        outcome = made(**kwargs)
+        time.sleep(1)
+        return outcome
+
+    monkeypatch.setattr(services, service, slowly)
+
+
+async def _left_once_shown(request) -> Ask:
+    """The client sends ``request`` (a coroutine) and goes away once its ask is pending; the ask."""
+    call = asyncio.create_task(request)
+    ask = await _pending()
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    return ask
+
+
 @pytest.mark.parametrize("era", [wire.LEGACY, wire.MODERN])
 async def test_a_call_left_while_its_ask_is_being_made_is_cancelled_caller_gone_too(era, agent_and_key, present_session,
                                                                                    settings, monkeypatch):
@@ -92,19 +115,8 @@ async def test_a_call_left_while_its_ask_is_being_made_is_cancelled_caller_gone_
     parked and took the lease: the ask gets the grace period all the same, and is withdrawn once
     it passes, not left open for someone to answer into a void."""
     settings.ASKCARDS_MCP_CALLER_GRACE_SECONDS = 60
-    made = services.tool_call
-
-    def slow_to_return(**kwargs):
-        outcome = made(**kwargs)
-        time.sleep(1)  # the ask is committed and shown; the call has not parked yet
-        return outcome
-
-    monkeypatch.setattr(services, "tool_call", slow_to_return)
-    call = asyncio.create_task(wire.rpc(agent_and_key[1], "tools/call", _call(), era=era, timeout=30))
-    ask = await _pending()
-    call.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await call
+    _slow_to_return(monkeypatch, "tool_call")
+    ask = await _left_once_shown(wire.rpc(agent_and_key[1], "tools/call", _call(), era=era, timeout=30))
     await asyncio.sleep(1.5)
     left = await _get(ask.id)
     assert left.status == Ask.Status.PENDING and left.waiter_until is not None, "no lease: never withdrawn"
@@ -120,22 +132,11 @@ async def test_a_permission_prompt_left_while_its_ask_is_being_made_is_withdrawn
     """The headless permission prompt (``claude -p`` interrupted) goes away after its ask exists but
     before it parked: the ask is withdrawn at once (``host_gone``), as when it leaves while parked,
     not kept open under the host's lease for a person to answer into a void."""
-    made = services.host_prompt
-
-    def slow_to_return(**kwargs):
-        ask_id = made(**kwargs)
-        time.sleep(1)  # the ask is committed and shown; the call has not parked yet
-        return ask_id
-
-    monkeypatch.setattr(services, "host_prompt", slow_to_return)
+    _slow_to_return(monkeypatch, "host_prompt")
     prompt = {"name": "permission_prompt",
               "arguments": {"tool_name": "Bash", "input": {"command": "git push --force"}, "tool_use_id": "toolu_01"}}
-    call = asyncio.create_task(wire.rpc(agent_and_key[1], "tools/call", prompt, era=era, timeout=30,
-                                        query=wire.WEB + "&permission_prompt=1"))
-    ask = await _pending()
-    call.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await call
+    ask = await _left_once_shown(wire.rpc(agent_and_key[1], "tools/call", prompt, era=era, timeout=30,
+                                          query=wire.WEB + "&permission_prompt=1"))
     async with asyncio.timeout(10):
         while (await _get(ask.id)).is_open:
             await asyncio.sleep(0.1)
