@@ -37,17 +37,18 @@ Every step is bounded in time and count, every connection is to 127.0.0.1:
    - panel-only asks have no agent waiting: their waiter is the user's watcher socket.
 5. Answers over the answerer sockets on a fixed schedule, users in turn, so consecutive answers go
    out on A and B alternately: first ``--warmup`` answers (20) at 5/s, in no figure but losses
-   (each process's first answers pay once for what it has not done yet: the first of one round
-   here woke its watcher in 160 ms, the ones after in 12); then the capacity probe, steps of ``--capacity-seconds`` (10) at
-   rising rates from ``--capacity-start`` (10/s: doubling until a step misses wake p99 < 100 ms
-   or loses one, then bisecting); then the steady phase, ``--steady-seconds`` (120) at ``--rate``,
-   by default the target's 40/s when the probe held it (else the highest rate it held). The
-   steady phase is the target's second half ("then 120 s at that rate"): a rate that holds for a
-   10 s step may not hold for two minutes, which is what a deployment needs, so the figure for
-   the most a short step held is the capacity, and the steady phase checks the target's rate. Wakes: each REST wait / MCP call's result
-   arrival minus its answer's send time; each watcher socket's ``ask_user_questions_cancelled``
-   for the ask minus the same send time (every ask has a watcher). "Crossing" when the waiter is
-   on the other process than the socket that answered (the wake went through Redis).
+   (each process's first answers pay once for what it has not done yet: the first of one round here
+   woke its watcher in 160 ms, the ones after in 12); then the capacity probe, steps of
+   ``--capacity-seconds`` (10) at rising rates from ``--capacity-start`` (10/s: doubling until a
+   step misses wake p99 < 100 ms or loses one, then bisecting); then the steady phase,
+   ``--steady-seconds`` (120) at ``--rate``, by default the target's 40/s when the probe held it
+   (else the highest rate it held). The steady phase is the target's second half ("then 120 s at
+   that rate"): a rate that holds for a 10 s step may not hold for two minutes, which is what a
+   deployment needs, so the figure for the most a short step held is the capacity, and the steady
+   phase checks the target's rate. Wakes: each REST wait / MCP call's result arrival minus its
+   answer's send time; each watcher socket's ``ask_user_questions_cancelled`` for the ask minus the
+   same send time (every ask has a watcher). "Crossing" when the waiter is on the other process
+   than the socket that answered (the wake went through Redis).
 6. Lost: a REST/MCP waiter that did not get its own ask, answered, with the label sent for it; a
    watcher that did not hear its ask close; an answer not acknowledged ``ok``.
 7. Yardstick: each server's ``GET /admin/`` (302) and ``GET /healthz`` throughput, 20 keep-alive
