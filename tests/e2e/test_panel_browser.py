@@ -9,7 +9,7 @@ A DingTalk form (several field types, defaults, required, a hidden field) of a s
 alice as its granted web user is answered in the page, with the card delivered to a fake DingTalk
 server as well; the agent reads the answer as the ask's message (a 1,234-character, 600-line note
 whole), the card's update shows it shortened, and the page's history keeps it (shortened too).
-Screenshots: ``panel-dingtalk-form.png`` (filled in, committed) and ``panel-dingtalk-history.png``.
+Screenshots: ``panel-dingtalk-form.png`` (filled in) and ``panel-dingtalk-history.png``.
 """
 from __future__ import annotations
 
