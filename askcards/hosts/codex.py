@@ -1,4 +1,4 @@
-"""Codex's ``PermissionRequest`` command hooks, forwarded by a one-line ``curl`` (README).
+"""Codex's ``PermissionRequest`` command hooks, forwarded by a one-line ``curl`` (docs/agents/hosts.md).
 
 Codex (0.171.0, the version the tests pin) writes the event as JSON on the hook's stdin — the
 shape of Claude Code's (``hook_event_name``, ``session_id``, ``turn_id``, ``cwd``, ``tool_name``,

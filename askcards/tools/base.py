@@ -46,7 +46,7 @@ ERROR_TEXTS = {
 }
 
 
-# How long a person's answer may be, on every surface (README "Lengths"): each free-text value (an
+# How long a person's answer may be, on every surface (docs/security.md, "Lengths"): each free-text value (an
 # "其他" text, a DingTalk form field's text, one TEXT_ARRAY item) at most ANSWER_TEXT_MAX_CHARS
 # characters, and the free text of one submission at most ANSWER_MAX_CHARS in all. Figures no one
 # writing a long answer reaches (10,000 characters is about five pages of Chinese), delivered to

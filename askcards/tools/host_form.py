@@ -3,7 +3,7 @@ user, and the content it sends back read as the ask's answers. ``elicitation`` b
 (None when the ask cannot be put that way) and ``read`` turns the content back into what the ask's
 tool takes; both for ``ask_user_questions`` and ``dingtalk_ask_user_question`` (its ``fields``).
 
-What the elicitation schema can express, and what it cannot (said in the README too):
+What the elicitation schema can express, and what it cannot (said in docs/agents/mcp.md too):
 
 ``ask_user_questions``: each question is one field ``q<n>``: a single select a string with
 ``oneOf`` ``{const, title}`` (the option's label), a multi select an array of them; the question

@@ -8,7 +8,7 @@ the rare values of ``tests.bench.seed.RARE``), as a signed-in superuser through 
 client: the page's time (median of ``--rounds``), each statement it ran, PostgreSQL's plan of each
 (EXPLAIN, FORMAT JSON; estimates only, nothing is run twice), the tables any plan scans
 sequentially, and the COUNT statements. Prints one JSON document (tests/scale/test_admin_lists_at_size.py
-and tests/bench/README.md read it). ``ASKCARDS_DB_PREPARE=0``: the captured statements then carry
+and docs/performance.md read it). ``ASKCARDS_DB_PREPARE=0``: the captured statements then carry
 their parameters inline, so they can be explained as they are.
 """
 from __future__ import annotations

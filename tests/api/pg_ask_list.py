@@ -11,7 +11,7 @@ the open one, the common one): ``--runs`` requests through Django's test client 
 (loaded into the session, its output sent to the client as a NOTICE), so the plans reported are
 the ones the last request really ran, prepared or not. Then, as a control, the same page read the
 way the view read it before ``selectors.ask_page`` (``ask_list(...)[:50]``, one statement) as many
-times. Prints one JSON document (tests/scale/test_api_lists_at_size.py and tests/bench/README.md
+times. Prints one JSON document (tests/scale/test_api_lists_at_size.py and docs/performance.md
 read it): per mode and status, the request times, the backend pids used, the prepared statements
 the connection holds for the list's statements (``statement_kind``: the page's ids, their rows, or
 the one-statement read; with PostgreSQL's generic and custom plan counts), and the last run's plan

@@ -33,7 +33,7 @@ Per target, every step bounded in time and count, every connection to 127.0.0.1 
 6. The server, worker and stub are stopped (SIGTERM, then kill), the data dir and the database
    removed, always.
 
-Figures are printed, not asserted; see tests/bench/README.md for the targets. ``--rounds N`` runs
+Figures are printed, not asserted; see docs/performance.md for the targets. ``--rounds N`` runs
 all of it N times (every target from a fresh data dir, database and server) and ends with the
 min / median / max of every figure over the rounds (tests/bench/common.py).
 """

@@ -27,7 +27,7 @@ What it does, every step bounded in time and count, every connection to 127.0.0.
 8. Yardstick: the same server's throughput on tiny views (20 keep-alive clients, fixed duration).
 9. The server is stopped (SIGTERM, then kill) and the data dir removed, always.
 
-Figures are printed, not asserted; see tests/bench/README.md for the targets.
+Figures are printed, not asserted; see docs/performance.md for the targets.
 """
 from __future__ import annotations
 
@@ -824,7 +824,7 @@ def main(argv: list[str] | None = None) -> int:
     if nofile[0] < needed:
         say(f"warning: open-file limit {nofile[0]} < {needed}; sockets may run out")
     run_rounds("askcards long-poll benchmark", args.repeat, lambda _: figures(one_round(args, nofile)),
-               note=f"{args.waiters} waiters, {args.rate:g} answers/s; targets of tests/bench/README.md (2000 "
+               note=f"{args.waiters} waiters, {args.rate:g} answers/s; targets of docs/performance.md (2000 "
                     "waiters at 100 answers/s for the memory one)")
     return 0
 

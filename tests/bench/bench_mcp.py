@@ -43,7 +43,7 @@ What it does, every step bounded in time and count, every connection to 127.0.0.
 ``--rounds N`` runs all of it N times (fresh data dirs and servers each round) and ends with the
 min / median / max of every figure over the rounds (tests/bench/common.py).
 
-Figures are printed, not asserted; see tests/bench/README.md. ``--tracemalloc FRAMES`` runs the
+Figures are printed, not asserted; see docs/performance.md. ``--tracemalloc FRAMES`` runs the
 servers under a wrapper that traces allocations from the "before" sample on and prints where the
 parked calls' memory went (by package and line) and the event-loop tasks per parked call.
 """

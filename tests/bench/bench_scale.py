@@ -41,7 +41,7 @@ Every step is bounded in time and count, every connection goes to 127.0.0.1:
    a missed one, the slowest SQL statement of one run of it on the seeded database, with its
    ``EXPLAIN (ANALYZE, BUFFERS)`` (``--explain all`` for every figure).
 
-Figures are printed, not asserted; see tests/bench/README.md. ``--runs N`` does all of it N times
+Figures are printed, not asserted; see docs/performance.md. ``--runs N`` does all of it N times
 (fresh databases, seeding and servers each run: ``--rounds`` is taken, by the alternating rounds of
 step 4) and ends with the min / median / max of every figure over the runs (tests/bench/common.py).
 """

@@ -54,7 +54,7 @@ Every step is bounded in time and count, every connection is to 127.0.0.1:
 7. Yardstick: each server's ``GET /admin/`` (302) and ``GET /healthz`` throughput, 20 keep-alive
    clients for a few seconds, after the waits (the same servers, the same run).
 
-Figures are printed, not asserted; see tests/bench/README.md for the targets. ``--rounds N`` runs
+Figures are printed, not asserted; see docs/performance.md for the targets. ``--rounds N`` runs
 all of it N times (a fresh database, Redis flush and servers each round) and ends with the
 min / median / max of every figure over the rounds (tests/bench/common.py).
 """

@@ -20,7 +20,7 @@ Feishu submits (``callbacks.feishu_handle``, ``--threads`` at once) and the card
 code as written and the code with the ``--orm`` statements written by the ORM (patched in; one
 name, e.g. ``--orm outbox-insert``, measures one statement end to end). Each statement's extra CPU
 is printed as a share of its path (on PostgreSQL also with the backends' CPU counted on both
-sides). Each run ends with its figures as one line of JSON (for tests/bench/README.md).
+sides). Each run ends with its figures as one line of JSON (for docs/performance.md).
 
 ``--runs N`` does all of it N times (a fresh process and database per target each run: ``--rounds``
 is taken, by the rounds inside one) and ends with the min / median / max of every figure over the

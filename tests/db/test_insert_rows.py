@@ -1,7 +1,7 @@
 """The hand-written INSERT stores exactly what ``objects.create`` stores: ``outbox_event_insert``
 (``OutboxEvent``; on PostgreSQL one statement with the agent's bump, every value cast to its
 column's type). Audit rows (``AskEvent``) are written by the ORM: a hand-written INSERT saved
-under 2 % of a Feishu submit (tests/bench/README.md).
+under 2 % of a Feishu submit (docs/performance.md).
 
 Each case creates a row through the ORM, reads its columns as stored, deletes it, inserts one with
 the same arguments and reads that: every column but the primary key must be equal as stored (the

@@ -1,5 +1,5 @@
 """The real Claude Code CLI (pinned in tests/hosts/package-lock.json), offline against the tests' fake
-Messages API, with its hooks pointed at a real askcards ``serve`` as the README configures them: its
+Messages API, with its hooks pointed at a real askcards ``serve`` as docs/agents/hosts.md configures them: its
 prompts are answered on a (fake) Feishu card and on alice's web panel, and what the person
 answered is what Claude Code does."""
 from __future__ import annotations
@@ -29,7 +29,7 @@ def claude_installed():
 
 
 def _settings(base: str, query: str, *, timeout: int = 120, events=("PermissionRequest",)) -> dict:
-    """The README's settings: an http hook with the agent key from the environment."""
+    """The hosts page's settings: an http hook with the agent key from the environment."""
     hook = http_hook(f"{base}/hooks/claude-code?{query}&timeout={timeout}", timeout=timeout,
                      headers={"Authorization": "Bearer $ASKCARDS_KEY"}, allowed_env_vars=["ASKCARDS_KEY"])
     return http_hooks({event: hook for event in events})

@@ -246,7 +246,7 @@ def test_interactive_a_local_no_closes_the_hook_request(tmp_path):
 def test_a_tool_that_fails_after_its_permission_fires_post_tool_use_failure_with_the_same_input(tmp_path):
     """Not PostToolUse: a tool that ran and failed (here WebFetch, offline) fires
     PostToolUseFailure, with the tool input of its PermissionRequest — what askcards settles a
-    prompt answered in the terminal by (README's settings list both)."""
+    prompt answered in the terminal by (the hosts page's settings list both)."""
     claude.binary()
     fetch = ToolUse("WebFetch", {"url": "https://example.com/page", "prompt": "Summarize the page"})
     with HookServer(lambda call: permission_decision("allow") if call.event == "PermissionRequest" else {}) as hooks, \

@@ -1,5 +1,5 @@
 """Claude Code as an MCP client of askcards: the real CLI (pinned in tests/hosts/package.json)
-with askcards added the way the README says (``claude mcp add --transport http``), a scripted
+with askcards added the way docs/agents/mcp.md says (``claude mcp add --transport http``), a scripted
 model turn calling ``ask_user_questions``, and alice answering on the panel after more than a
 minute — past the 60 s at which clients without a longer timeout give up."""
 from __future__ import annotations
@@ -90,7 +90,7 @@ def test_headless_claude_code_dismisses_the_hosts_form_at_once(tmp_path, negotia
     a terminal, answers the form with ``cancel`` at once — on 2026-07-28 in the call's second
     round, on 2025-11-25 as the response to ``elicitation/create``. That is the person's answer
     by the rule (the ask ends ``dismissed``, before alice on the panel gets to it), which is why
-    the README keeps ``host=ask`` for interactive clients."""
+    docs/agents/mcp.md keeps ``host=ask`` for interactive clients."""
     data_dir = tmp_path / "askcards"
     with askcards(data_dir) as (base, key, alice), FakeAnthropic([ASK, Text("Nobody answered.")]) as api:
         alice.answers([["SQLite"]], after=10)

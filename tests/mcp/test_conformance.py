@@ -18,8 +18,8 @@ until it passes or is listed in ``NOT_CLAIMED`` with its reason. A key there is 
 tools) or one where the suite is wrong. A claimed scenario passes when every check it reports is
 SUCCESS or INFO or is listed, and at least one of its own checks (not the schema check every
 scenario adds) succeeded. A listed key the suite no longer reports, or a listed check that
-succeeds everywhere, fails the test: the list cannot go stale. The README's MCP section shows the
-same list (``test_the_readme_lists_what_is_not_claimed``).
+succeeds everywhere, fails the test: the list cannot go stale. The MCP page (docs/agents/mcp.md) shows the
+same list (``test_the_mcp_page_lists_what_is_not_claimed``).
 
 The suite sends no ``Authorization`` header and names no session: it calls a local proxy
 (``tests.mcp.authproxy``) that adds both. The session is the web panel's with ``host=ask``, the
@@ -45,7 +45,7 @@ from tests.conftest import require
 from tests.mcp import authproxy, support
 
 HERE = Path(__file__).resolve().parent / "conformance"
-README = Path(__file__).resolve().parents[2] / "README.md"
+MCP_PAGE = Path(__file__).resolve().parents[2] / "docs" / "agents" / "mcp.md"
 NODE = HERE / "node_modules" / ".bin" / "node"
 NODE_MAJOR = "v22."
 SUITES = {"stable": "@modelcontextprotocol/conformance", "next": "conformance-next"}  # package.json names
@@ -344,19 +344,19 @@ def test_the_suite_judges_askcards_itself_through_the_proxy(suite_installed, tmp
     ]
 
 
-README_START = "<!-- conformance-not-claimed: generated from NOT_CLAIMED in tests/mcp/test_conformance.py -->"
-README_END = "<!-- /conformance-not-claimed -->"
+LIST_START = "<!-- conformance-not-claimed: generated from NOT_CLAIMED in tests/mcp/test_conformance.py -->"
+LIST_END = "<!-- /conformance-not-claimed -->"
 
 
-def readme_block() -> str:
+def listed_block() -> str:
     lines = [f"- `{key}`: {reason}" for key, reason in NOT_CLAIMED.items()]
-    return "\n".join([README_START, *lines, README_END])
+    return "\n".join([LIST_START, *lines, LIST_END])
 
 
-def test_the_readme_lists_what_is_not_claimed():
-    text = README.read_text()
-    start, end = text.find(README_START), text.find(README_END)
-    assert 0 <= start < end, f"README.md lacks the not-claimed list; put this in its MCP section:\n{readme_block()}"
-    assert text[start:end + len(README_END)] == readme_block(), (
-        f"README.md's not-claimed list differs from NOT_CLAIMED; replace it with:\n{readme_block()}"
+def test_the_mcp_page_lists_what_is_not_claimed():
+    text = MCP_PAGE.read_text()
+    start, end = text.find(LIST_START), text.find(LIST_END)
+    assert 0 <= start < end, f"docs/agents/mcp.md lacks the not-claimed list; put this in it:\n{listed_block()}"
+    assert text[start:end + len(LIST_END)] == listed_block(), (
+        f"docs/agents/mcp.md's not-claimed list differs from NOT_CLAIMED; replace it with:\n{listed_block()}"
     )

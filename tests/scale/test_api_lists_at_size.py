@@ -2,7 +2,7 @@
 (``ASKCARDS_DB_PREPARE=1``), the same request many times on one pooled connection, which is when
 PostgreSQL switches a prepared statement to one generic plan for every status. Read as one
 statement, that plan (or, for a common status behind many others, even the plan for the value)
-walked the agent's history newest first (tests/bench/README.md); selectors.ask_page reads the
+walked the agent's history newest first (docs/performance.md); selectors.ask_page reads the
 page's ids from ask_agent_status_created_idx alone, then their rows by primary key.
 
 tests.api.pg_ask_list catches each executed plan with auto_explain on the 110,000 asks of the

@@ -13,7 +13,7 @@ audit row, outbox event with the agent's sequence bump, one transaction), each f
 callback receipt (``services.callback_receipt``, as a click records), ``--transitions`` of them,
 or fewer if the pruning finishes first. Prints one JSON document: rows deleted, batches, the
 pruning's wall time and its slowest batch, and how long each transition and receipt took and
-whether it overlapped the pruning (tests/scale/test_retention_at_size.py and tests/bench/README.md
+whether it overlapped the pruning (tests/scale/test_retention_at_size.py and docs/performance.md
 read it). Needs a seeded database (``tests.bench.seed``).
 """
 from __future__ import annotations

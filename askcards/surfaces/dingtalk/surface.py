@@ -42,7 +42,7 @@ logger = logging.getLogger(__name__)
 NAME = "dingtalk"
 BATCH = 50
 
-# A private text variable of the template (README "Connecting DingTalk"): what the clicker alone
+# A private text variable of the template (docs/surfaces/dingtalk.md): what the clicker alone
 # reads when a click did not count (texts: cards.NOTICES) — the reference gives no feedback at all.
 NOTICE = "user_notice"
 

@@ -1,4 +1,4 @@
-"""The real Codex CLI (interactive, in tmux) with the README's ``curl`` hook pointed at a real askcards
+"""The real Codex CLI (interactive, in tmux) with the documented ``curl`` hook pointed at a real askcards
 ``serve``: its permission prompt is asked on alice's web panel, and her answer decides."""
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ FINAL = "The marker task is finished."
 @pytest.fixture(autouse=True)
 def codex_installed():
     require_codex()
-    require(shutil.which("curl") is not None, "curl is missing (the README's Codex hook forwards with curl)")
+    require(shutil.which("curl") is not None, "curl is missing (the documented Codex hook forwards with curl)")
 
 
 def _script():

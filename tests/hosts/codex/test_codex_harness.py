@@ -144,7 +144,7 @@ class _DecisionServer(ThreadingHTTPServer):
 
 
 def test_a_curl_hook_forwards_the_event_and_codex_follows_the_reply(tmp_path):
-    """The README's shape of hook: curl posts stdin with the agent key and prints the reply."""
+    """The documented shape of hook (docs/agents/hosts.md): curl posts stdin with the agent key and prints the reply."""
     require(shutil.which("curl") is not None, "curl is missing")
     reason = "已拒绝：不允许在此目录写文件"
     deny = json.loads((EVENTS / "permission_request.decision.deny.json").read_text())

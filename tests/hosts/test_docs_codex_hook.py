@@ -1,8 +1,8 @@
-"""The README's Codex hook, as written: its ``config.toml`` block is read out of the README (so the
-README cannot drift from what works), its ``command`` run through a shell as Codex runs it — with
+"""The documented Codex hook, as written: its ``config.toml`` block is read out of the agent hosts
+page (docs/agents/hosts.md, so the page cannot drift from what works), its ``command`` run through a shell as Codex runs it — with
 ``$ASKCARDS_KEY`` from the environment and the event on stdin — against a real ``serve``, only the
 address changed to the test server's. What it prints is exactly what Codex reads: the decision
-alice gave on her panel, or nothing (no decision). Its timeouts nest as the README says."""
+alice gave on her panel, or nothing (no decision). Its timeouts nest as the page says."""
 from __future__ import annotations
 
 import json
@@ -16,19 +16,19 @@ from askcards.hosts import views
 from tests import serving
 from tests.hosts.people import askcards
 
-README = serving.ROOT / "README.md"
-README_BASE = "http://127.0.0.1:8000"
+HOSTS_PAGE = serving.ROOT / "docs" / "agents" / "hosts.md"
+DOCUMENTED_BASE = "http://127.0.0.1:8000"
 EVENT = {"session_id": "019a-codex", "turn_id": "019a-turn", "cwd": "/home/alice/shop",
          "hook_event_name": "PermissionRequest", "model": "gpt-5", "permission_mode": "default",
          "tool_name": "Bash", "tool_input": {"command": "touch marker", "description": "make the marker"}}
 
 
-def readme_hook() -> dict:
-    """The PermissionRequest command hook of the README's Codex ``config.toml`` block."""
-    text = README.read_text()
+def documented_hook() -> dict:
+    """The PermissionRequest command hook of the page's Codex ``config.toml`` block."""
+    text = HOSTS_PAGE.read_text()
     section = text[text.index("**Codex**"):]
     block = re.search(r"```toml\n(.*?)```", section, re.S)
-    assert block, "the README's Codex section has no config.toml block"
+    assert block, "the hosts page's Codex section has no config.toml block"
     [hook] = tomllib.loads(block.group(1))["hooks"]["PermissionRequest"][0]["hooks"]
     return hook
 
@@ -42,7 +42,7 @@ def _run(command: str, key: str, event: dict) -> subprocess.CompletedProcess:
 def test_the_readmes_codex_timeouts_nest():
     """askcards gives up (no decision) before curl does, and curl before Codex: the card's deadline
     is never later than curl's give-up."""
-    hook = readme_hook()
+    hook = documented_hook()
     command = hook["command"]
     max_time = int(re.search(r"--max-time (\d+)", command).group(1))
     [url] = re.findall(r"'(https?://[^']+)'", command)
@@ -53,10 +53,10 @@ def test_the_readmes_codex_timeouts_nest():
 
 
 def test_the_readmes_codex_command_prints_exactly_the_decision(tmp_path):
-    hook = readme_hook()
-    assert hook["type"] == "command" and README_BASE in hook["command"]
+    hook = documented_hook()
+    assert hook["type"] == "command" and DOCUMENTED_BASE in hook["command"]
     with askcards(tmp_path / "askcards") as (base, key, alice):
-        command = hook["command"].replace(README_BASE, base)
+        command = hook["command"].replace(DOCUMENTED_BASE, base)
         alice.answers([["允许"]])
         allowed = _run(command, key, EVENT)
         alice.answers([["拒绝"]], custom="先别碰 marker")
