@@ -280,7 +280,7 @@ def test_bot_changed_by_another_process_is_seen_within_the_cache_time(mounted, m
     Bot.objects.filter(pk=bot.pk).update(is_active=False)  # no signal: what another process's change looks like here
     assert click(bot, operator="ou_alice", value=submit_value(ask), form_value=blank).status_code == 200
     later = time.monotonic() + selectors.BOT_CACHE_SECONDS + 1
-    monkeypatch.setattr(selectors, "_clock", lambda: later)
+    monkeypatch.setattr(selectors.bots, "_clock", lambda: later)
     response = click(bot, operator="ou_alice", value=submit_value(ask), form_value={"q0_0": "0", "q0_1": ["0"]})
     assert response.status_code == 404
     ask.refresh_from_db()
