@@ -47,7 +47,8 @@ from askcards.db import in_pool
 from . import apps, host
 from .caller import Unauthorized, agent_for
 from .exchange import accepted, parked_request, serve_parked
-from .server import CLIENT_SCOPE, build_server
+from .context import CLIENT_SCOPE
+from .server import build_server
 
 logger = logging.getLogger(__name__)
 

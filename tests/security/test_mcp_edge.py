@@ -521,7 +521,7 @@ async def test_a_malformed_tasks_list_cursor_is_invalid_params_not_an_internal_e
 
 async def test_the_next_cursor_pages_through_every_task(agent_and_key, web_session, no_tracebacks, settings):
     from tests.surfaces import RecordingSurface
-    from askcards.mcp.server import TASKS_PAGE_SIZE
+    from askcards.mcp.context import TASKS_PAGE_SIZE
 
     settings.ASKCARDS_QUOTA_PENDING_PER_RESPONDENT = 0  # more open asks for alice than the default allows
     RecordingSurface.present.add(web_session.id)
