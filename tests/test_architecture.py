@@ -57,6 +57,7 @@ SERVICE_LAYERS = {
     "askcards.services.agents": 2,
     "askcards.services.tool_calls": 3,
     "askcards.services.dingtalk": 4,
+    "askcards.services.feishu": 3,
     "askcards.services.hosts": 4,
     "askcards.services.host_app": 1,
     "askcards.services.host_surface": 5,

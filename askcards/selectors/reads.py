@@ -8,7 +8,8 @@ from django.db.models import QuerySet
 
 from ..db import statements
 from ..errors import NotFound
-from ..models import Agent, Ask, Bot, OutboxEvent, Session
+from ..models import Agent, Ask, Bot, OutboxEvent, ProgressCard, Session
+from .rows import unique_row
 
 
 def clicked_ask(bot: Bot, ask_id: str, message_id: str) -> tuple[Ask | None, Any]:
@@ -96,3 +97,23 @@ def events_after(*, agent: Agent, after: int, limit: int = 100) -> list[OutboxEv
         .prefetch_related("ask__respondents")
         .order_by("seq")[:limit]
     )
+
+
+def clicked_progress_card(bot: Bot, message_id: str, session_id: str, *, session: Session | None = None) -> ProgressCard | None:
+    """The Feishu progress card a click came from: by its message, else the latest card of the
+    session the click names (of ``bot``'s sessions only). ``session``, when the caller has it
+    loaded, saves reading it again for the render; a card of another session (a forged mix of
+    ids) is read with its own."""
+    cards = ProgressCard.objects if session is not None else ProgressCard.objects.select_related("session")
+    card = None
+    if message_id:
+        card = unique_row(cards.filter(
+            card_messages__platform=Bot.Platform.FEISHU, card_messages__bot=bot, card_messages__message_id=message_id
+        ))
+    if card is None:
+        card = cards.runs_of(session_id).filter(session__bot=bot).first()
+    if card is not None and session is not None:
+        if card.session_id != session.id:
+            return clicked_progress_card(bot, message_id, session_id)
+        card.session = session
+    return card

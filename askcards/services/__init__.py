@@ -4,6 +4,7 @@
 - ``tool_calls`` — one pipeline for every tool: validate → reserve → deliver → activate.
 - ``sessions`` — upsert, grants, inbound messages, an agent's restart, a callback's receipt.
 - ``feishu_progress`` — the Feishu progress card's runs and its cancel button.
+- ``feishu`` — clicks on Feishu cards: an ask's form submitted, the progress card's cancel.
 - ``dingtalk`` — the DingTalk tool's list/cancel actions and clicks on its cards (and on the panel).
 - ``agents`` — agents, keys, grants, their event feed, and the platform bots.
 - ``grants`` — the bot-grant check wherever something new would go out through a bot.
@@ -55,6 +56,7 @@ from .asks import (
 )
 from .dingtalk import DINGTALK_SURFACE, ClickResult, PanelAnswer, dingtalk_callback, dingtalk_click, dingtalk_panel_answer
 from .grants import session_check_bot
+from .feishu import feishu_callback
 from .feishu_progress import card_delivery_failed, card_touch, progress_put, session_cancel_request
 from .quotas import QUOTAS, agent_quotas_set, parked_wait, quota_check_ask, quota_check_parked, quota_limit
 from .retention import CALLBACK_RECEIPT_TTL, PruneReport, asks_prune, audit_prune, outbox_prune, receipts_prune
@@ -88,7 +90,7 @@ __all__ = [
     "ask_cancel", "ask_click_rejected", "ask_expire", "ask_invalidate", "ask_result_returned",
     "ask_result_undeliverable", "ask_results_delivered", "bot_add", "bot_find", "bot_get", "bot_remove", "bot_test", "bot_update", "bot_warnings",
     "BotCheck", "BotRemoval", "callback_receipt", "card_delivery_failed", "card_touch",
-    "dingtalk_callback", "dingtalk_click", "dingtalk_panel_answer", "PanelAnswer",
+    "dingtalk_callback", "feishu_callback", "dingtalk_click", "dingtalk_panel_answer", "PanelAnswer",
     "events_acknowledge", "events_retry", "expire_due", "infer_platform", "progress_put", "purge_answers", "parked_wait", "quota_check_ask", "quota_check_parked", "QUOTAS", "agent_quotas_set", "quota_limit",
     "session_bot", "session_cancel_request", "session_check_bot", "session_check_web_user", "session_message", "session_recover",
     "session_upsert", "tool_call", "NO_DECISION", "host_progress", "host_left", "host_prompt", "host_reply",

@@ -202,7 +202,7 @@ def pairs(calls: int) -> list[tuple[str, Callable[[str], Callable[[int], Any]], 
             assert _orm_ask_close(closing[i], **close_args(i))
         return call
 
-    # callbacks._ask_submit's read (selectors.clicked_ask): the ask, its session, the clicked card.
+    # services.feishu_callback (its submit)'s read (selectors.clicked_ask): the ask, its session, the clicked card.
     def clicked_hand(_label):
         def call(i):
             ask, card = statements.clicked_ask(ask_id=clicked[i % 2], bot_id=bot.pk, platform="feishu", message_id="om_clicked")
@@ -361,8 +361,8 @@ def _orm_ask_close(pk: str, *, from_status: str, changes: dict[str, Any], respon
 
 
 def _orm_clicked_ask(*, ask_id: str, bot_id: int, platform: str, message_id: str) -> tuple[Any, Any]:
-    """callbacks._ask_submit's reads before 23333c0: the ask with its session (select_related),
-    then the progress card by the clicked message (callbacks._clicked_card with the session known)."""
+    """services.feishu_callback (its submit)'s reads before 23333c0: the ask with its session (select_related),
+    then the progress card by the clicked message (selectors.clicked_progress_card with the session known)."""
     from askcards import selectors
     from askcards.models import Ask, ProgressCard
 
