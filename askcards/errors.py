@@ -43,11 +43,6 @@ class AskNotPending(AskcardsError):
     status = 409
 
 
-class Conflict(AskcardsError):
-    code = "conflict"
-    status = 409
-
-
 class WebUserNotGranted(AskcardsError):
     """A session names a web user its agent was not granted (or no such user exists: the two are
     one answer, so an agent cannot probe for usernames)."""

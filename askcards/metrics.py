@@ -143,7 +143,6 @@ class DatabaseCollector(Collector):
     def _families(self):
         from askcards import selectors
         from askcards.models import Ask
-        from askcards.surfaces.web import PRESENCE_TTL
 
         now = timezone.now()
         created = CounterMetricFamily("askcards_asks_created", "Asks created, by tool and session platform.",
@@ -221,7 +220,7 @@ class DatabaseCollector(Collector):
                                 "Age of the oldest event waiting for its webhook (0 when none).",
                                 value=outbox["oldest_seconds"])
         yield GaugeMetricFamily("askcards_panel_sockets", "Connected web panel sockets (every process).",
-                                value=selectors.metrics_panel_sockets(now - PRESENCE_TTL))
+                                value=selectors.metrics_panel_sockets(now))
 
 
 def _le(bound: float) -> str:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import secrets
+from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
@@ -596,7 +597,12 @@ class OutboxEvent(models.Model):
 
 class PanelPresence(models.Model):
     """One connected web panel socket. A user is present while a row of theirs is fresh; rows of a
-    crashed process simply go stale (PRESENCE_TTL), so presence is right across processes."""
+    crashed process simply go stale (``TTL``), so presence is right across processes."""
+
+    # A row is fresh while ``last_seen`` is within this; the panel's heartbeat refreshes it every
+    # ``surfaces.web.HEARTBEAT_SECONDS``, so a connected socket's row stays fresh while its
+    # process runs.
+    TTL = timedelta(seconds=90)
 
     username = models.CharField(max_length=150)
     channel_name = models.CharField(max_length=200, unique=True)

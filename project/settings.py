@@ -300,7 +300,7 @@ SPECTACULAR_SETTINGS = {
         "AskReasonEnum": "askcards.models.Ask.Reason",
         "RespondentStatusEnum": "askcards.models.Respondent.Status",
         "ToolCallStatusEnum": "askcards.api.serializers.TOOL_CALL_STATUSES",
-        "ErrorCodeEnum": "askcards.api.schema.ERROR_CODES",
+        "ErrorCodeEnum": "askcards.api.codes.ERROR_CODES",
         "ToolNameEnum": "askcards.tools.REGISTRY",
     },
     # /api/docs/ loads Swagger UI from drf-spectacular-sidecar's static files, not a CDN.

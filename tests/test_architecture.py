@@ -35,6 +35,9 @@ RULES = [
     ("askcards.timezones", ("askcards",), "the time zone middleware reads a cookie, nothing of askcards"),
     ("askcards.db", ("askcards.services", "askcards.surfaces", "askcards.outbox", "askcards.selectors",
                      *ENTRY_POINTS), "the database helpers sit under everything"),
+    ("askcards.metrics", ("askcards.services", "askcards.surfaces", "askcards.outbox", "askcards.tools", "askcards.db",
+                          *ENTRY_POINTS),
+     "services, surfaces and entry points count into the metrics; the metrics read the database through selectors"),
     ("askcards.services", ENTRY_POINTS, "services are called by entry points, never the other way"),
     ("askcards.api", ("askcards.outbox", "askcards.mcp", "askcards.admin", "askcards.consumers"),
      "the API writes through services only"),
@@ -119,6 +122,29 @@ def test_service_domains_import_downwards_only():
     assert not wrong, "\n".join(wrong)
 
 
+# Where no two modules import each other. Outside it, askcards.hub imports askcards.bus (inside a
+# function) and askcards.bus imports askcards.hub.
+NO_TWO_CYCLES = "askcards.api"
+
+
+def mutual_imports(sources: dict[str, Path], room: str, root: Path = PACKAGE) -> list[str]:
+    """The pairs of modules in ``room`` that import each other. A submodule naming its own package
+    (``from . import x``) is not counted: the package holds it."""
+    graph = {
+        name: {target for target in imports(path, root) if target in sources and not within(name, target)}
+        for name, path in sources.items()
+        if within(name, room)
+    }
+    return sorted(f"{name} and {other}" for name, targets in graph.items() for other in targets
+                  if name < other and name in graph.get(other, ()))
+
+
+def test_no_two_modules_import_each_other():
+    wrong = mutual_imports(SOURCES, NO_TWO_CYCLES)
+    why = "a pair that imports each other has no arrow between them: one must sit under the other"
+    assert not wrong, f"{why}:\n" + "\n".join(wrong)
+
+
 def test_the_lifecycle_core_names_no_tool():
     for name in ("askcards.services.asks", "askcards.services.tool_calls"):
         source = SOURCES[name].read_text(encoding="utf-8")
@@ -133,3 +159,14 @@ def test_the_checker_sees_a_backwards_arrow(tmp_path):
     fake.write_text("from . import base\n\ndef f():\n    from .. import services\n")
     found = imports(fake, tmp_path / "askcards")
     assert {"askcards.surfaces.base", "askcards.services"} <= found
+
+
+def test_the_checker_sees_two_modules_import_each_other(tmp_path):
+    """The pair check can fail: an import inside a function counts; a submodule naming its package does not."""
+    api = tmp_path / "askcards" / "api"
+    api.mkdir(parents=True)
+    (api / "__init__.py").write_text("from . import a\n")
+    (api / "a.py").write_text("from . import b\n")
+    (api / "b.py").write_text("def f():\n    from .a import x\n")
+    sources = {module_name(path, tmp_path / "askcards"): path for path in (tmp_path / "askcards").rglob("*.py")}
+    assert mutual_imports(sources, "askcards.api", tmp_path / "askcards") == ["askcards.api.a and askcards.api.b"]

@@ -36,10 +36,10 @@ def test_worker_once_command_reports_work(pending_ask, capsys):
 
 def test_housekeeping_drops_panel_presence_gone_stale(db):
     from askcards.models import PanelPresence
-    from askcards.surfaces.web import PRESENCE_TTL
 
     now = timezone.now()
-    PanelPresence.objects.create(channel_name="crashed", username="ann", last_seen=now - PRESENCE_TTL - timedelta(seconds=1))
+    stale = now - PanelPresence.TTL - timedelta(seconds=1)
+    PanelPresence.objects.create(channel_name="crashed", username="ann", last_seen=stale)
     PanelPresence.objects.create(channel_name="live", username="bob", last_seen=now)
     Worker().housekeeping()
     assert list(PanelPresence.objects.values_list("channel_name", flat=True)) == ["live"]

@@ -17,7 +17,7 @@ from askcards import services, tools
 from askcards.models import Ask, ProgressCard, Session
 from askcards.selectors import AskOutput, EventOutput, IsoDateTime, OutputSerializer, SessionRefOutput
 
-from .schema import ERROR_CODES
+from .codes import ERROR_CODES
 
 MAX_WAIT_SECONDS = 60
 # Sequence numbers and other integers the database stores as 64-bit.

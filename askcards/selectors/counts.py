@@ -140,6 +140,6 @@ def metrics_outbox(now: datetime) -> dict[str, Any]:
     }
 
 
-def metrics_panel_sockets(since: datetime) -> int:
-    """Connected panel sockets of every process: presence rows refreshed since ``since``."""
-    return PanelPresence.objects.filter(last_seen__gte=since).count()
+def metrics_panel_sockets(now: datetime) -> int:
+    """Connected panel sockets of every process: presence rows still fresh at ``now``."""
+    return PanelPresence.objects.filter(last_seen__gte=now - PanelPresence.TTL).count()

@@ -1,7 +1,7 @@
 """The web panel surface: asks pushed live to a logged-in user's browser over ``/ws/panel/``.
 
 Presence is kept in the database (one row per connected socket, refreshed by a heartbeat, stale
-after ``PRESENCE_TTL``), so every process agrees on whether a panel is connected — it decides
+after ``PanelPresence.TTL``), so every process agrees on whether a panel is connected — it decides
 ``no_surface``. Pushes go to the user's key in the hub (``askcards.hub``), in every process.
 """
 from __future__ import annotations
@@ -10,7 +10,6 @@ import hashlib
 import json
 import logging
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
@@ -26,7 +25,6 @@ from .base import Surface, shortened
 
 logger = logging.getLogger(__name__)
 
-PRESENCE_TTL = timedelta(seconds=90)
 HEARTBEAT_SECONDS = 30
 # How long a push may be under way: a socket's difference from the database is acted on only when
 # it is still there this much later (``panels_catch_up``).
@@ -65,13 +63,13 @@ def presence_drop(*, channel_name: str) -> None:
 
 
 def is_present(username: str) -> bool:
-    return PanelPresence.objects.filter(username=username, last_seen__gte=timezone.now() - PRESENCE_TTL).exists()
+    return PanelPresence.objects.filter(username=username, last_seen__gte=timezone.now() - PanelPresence.TTL).exists()
 
 
 def presence_purge_stale() -> int:
-    """Drop presence rows no panel refreshed within ``PRESENCE_TTL`` (a crashed process's): the
+    """Drop presence rows no panel refreshed within ``PanelPresence.TTL`` (a crashed process's): the
     worker's housekeeping, once a minute; readers compare ``last_seen`` themselves."""
-    return PanelPresence.objects.filter(last_seen__lt=timezone.now() - PRESENCE_TTL).delete()[0]
+    return PanelPresence.objects.filter(last_seen__lt=timezone.now() - PanelPresence.TTL).delete()[0]
 
 
 MAX_KNOWN = 50  # asks a reconnecting panel may ask about (it lists those it still shows as open)
