@@ -42,10 +42,11 @@ async def _connect(user, path="/ws/panel/"):
 
 
 async def _received(socket, quiet=0.5):
-    """Every message the socket was sent until it is quiet, and their bytes on the wire (UTF-8)."""
+    """Every message the socket was sent until it is quiet, and their bytes on the wire (UTF-8).
+    The first is waited for longer: on a loaded machine a page of hundreds of asks takes its time."""
     messages, size = [], 0
-    for _ in range(2 * WAITING + 100):  # bounded: never more than one message per ask, and a few
-        if await socket.receive_nothing(timeout=quiet):
+    for n in range(2 * WAITING + 100):  # bounded: never more than one message per ask, and a few
+        if await socket.receive_nothing(timeout=quiet if n else 10 * quiet):
             break
         text = (await socket.receive_output(timeout=5))["text"]
         size += len(text.encode())
