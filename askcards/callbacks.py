@@ -9,7 +9,9 @@ from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
-from askcards import edge, metrics, services
+from askcards.http import edge
+from askcards.operators import metrics
+from askcards import services
 from askcards.db import in_pool
 from askcards.surfaces.dingtalk import handler as dingtalk_handler
 from askcards.surfaces.feishu import handler as feishu_handler
@@ -33,9 +35,6 @@ def _view(handle):
     return view
 
 
-MAX_CALLBACK_BYTES = 1024 * 1024  # Feishu callbacks are a few KB
-
-
 class CallbackApp:
     """The ASGI route ``serve`` and daphne use for platform callbacks: the same handler as the
     Django view, without the session, auth, CSRF and message middleware that a platform's
@@ -47,7 +46,7 @@ class CallbackApp:
         self.handle = handle
 
     async def __call__(self, scope, receive, send):
-        # Served without Django's handler: askcards.edge does its edge work (Host, security
+        # Served without Django's handler: askcards.http.edge does its edge work (Host, security
         # headers, a bounded body). Platforms sign their bodies, so there is nothing to
         # authenticate before reading; the limit is small instead.
         try:
@@ -57,7 +56,7 @@ class CallbackApp:
                 response["Allow"] = "POST"
                 await edge.send_response(send, response, request)
                 return
-            body = await edge.read_body(scope, receive, MAX_CALLBACK_BYTES)
+            body = await edge.read_body(scope, receive, edge.MAX_CALLBACK_BYTES)
         except edge.Refused as refused:
             await edge.refuse(scope, send, refused)
             return

@@ -13,9 +13,10 @@ from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from channels.utils import await_many_dispatch
 
-from askcards import jsonlimits, selectors, services
+from askcards.http import jsonlimits
+from askcards import selectors, services
 from askcards.db import in_executor
-from askcards.hub import HUB, REREAD, unique_name
+from askcards.wake.hub import HUB, REREAD, unique_name
 from askcards.models import Ask, Respondent
 from askcards.surfaces import web
 from askcards.tools import dingtalk_ask_user_question as dt
@@ -165,7 +166,7 @@ panel_beat = PanelBeat()
 
 class PanelConsumer(AsyncJsonWebsocketConsumer):
     """One panel socket. Its interest is an entry in the process's hub under its user's key
-    (``askcards.hub``), not a channel: the hub hands it pushes (``deliver``) into its inbox, and
+    (``askcards.wake.hub``), not a channel: the hub hands it pushes (``deliver``) into its inbox, and
     they are handled one at a time with the socket's own frames, in order."""
 
     async def __call__(self, scope, receive, send):

@@ -14,7 +14,9 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from . import crypto, events, netguard
+from askcards import crypto
+from askcards.wake import events
+from askcards.http import netguard
 from .db import statements
 from .models import Agent, Ask, OutboxEvent, Session
 from .selectors import event_data

@@ -11,8 +11,8 @@ from django.views import defaults
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
 
-from askcards import edge
-from askcards import metrics as askcards_metrics
+from askcards.http import edge
+from askcards.operators import metrics as askcards_metrics
 from askcards.tools import ANSWER_TEXT_MAX_CHARS
 
 METRICS_REFUSALS = {
@@ -36,7 +36,7 @@ def healthz(request):
 @require_safe
 @never_cache
 def metrics(request):
-    """Prometheus text (askcards/metrics.py), for a scraper with the token or from an allowed
+    """Prometheus text (askcards/operators/metrics.py), for a scraper with the token or from an allowed
     address; refused otherwise (404 while neither is configured)."""
     status = askcards_metrics.refusal(
         authorization=request.headers.get("Authorization", ""), remote_addr=request.META.get("REMOTE_ADDR", "")

@@ -225,7 +225,7 @@ class Worker:
 
     async def run_async(self) -> None:
         """The same lanes as tasks on a running event loop (``serve``): passes run in the thread
-        pool, and the wakes they publish reach this process's waiters in memory (askcards.hub)."""
+        pool, and the wakes they publish reach this process's waiters in memory (askcards.wake.hub)."""
         logger.info("askcards worker started inside the server")
         await asyncio.gather(*(self._lane_async(lane) for lane in self.lanes))
 

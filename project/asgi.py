@@ -15,18 +15,18 @@ from django.urls import path, re_path  # noqa: E402
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 
-from askcards import collector  # noqa: E402
+from askcards.runtime import collector
 from askcards.api.longpoll import LongPollApp  # noqa: E402
 from askcards.consumers import PanelConsumer  # noqa: E402
 from askcards.api.urls import LONG_POLL_VIEWS  # noqa: E402
 from askcards.callbacks import CallbackApp, dingtalk_handle, feishu_handle  # noqa: E402
-from askcards.edge import BoundedBody, OriginValidator, no_socket  # noqa: E402
+from askcards.http.edge import BoundedBody, OriginValidator, no_socket
 from askcards.hosts.views import HOOK_VIEWS  # noqa: E402
 from askcards.mcp.app import McpApp  # noqa: E402
-from askcards.serverguard import guard_server  # noqa: E402
+from askcards.http.serverguard import guard_server
 
 # daphne's own reading: time limits, a per-peer cap, body limits, large keyed bodies read only
-# after the key is checked (see askcards.serverguard).
+# after the key is checked (see askcards.http.serverguard).
 guard_server()
 
 
@@ -42,7 +42,7 @@ class StaticFiles(ASGIStaticFilesHandler):
             raise Http404("no such static file") from None
 
 
-# The long-poll, callback and MCP routes bypass Django's handler and middleware; askcards.edge gives
+# The long-poll, callback and MCP routes bypass Django's handler and middleware; askcards.http.edge gives
 # them Django's Host check, security headers and a bounded body (see LongPollApp, CallbackApp).
 # Channels routes ASGI apps with Django's path(), which django-stubs types for views only, and its
 # URLRouter (typed as taking channels' own pattern type) is an app Django's static files handler
@@ -70,6 +70,6 @@ application = ProtocolTypeRouter(
 )
 
 # Start-up is over: what it made lives as long as the process, and full collections are paced by
-# askcards over what is not frozen, so parked waiters do not pause every answer (askcards/collector.py
+# askcards over what is not frozen, so parked waiters do not pause every answer (askcards/runtime/collector.py
 # says why and by how much).
 collector.settle()

@@ -1,7 +1,7 @@
 """askcards settings: everything comes from the environment.
 
 Embedded default (no variables set): SQLite file under ``ASKCARDS_DATA_DIR`` and in-process
-wakes (``askcards.hub``), for one process (``manage.py serve``). Scale-out: ``DATABASE_URL=postgres://…`` and
+wakes (``askcards.wake.hub``), for one process (``manage.py serve``). Scale-out: ``DATABASE_URL=postgres://…`` and
 ``REDIS_URL=redis://…``; then any number of daphne and worker processes may run at once.
 """
 from __future__ import annotations
@@ -161,7 +161,7 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
-    "askcards.timezones.OperatorTimeZoneMiddleware",  # admin pages in the operator's own zone
+    "askcards.operators.timezones.OperatorTimeZoneMiddleware",  # admin pages in the operator's own zone
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "axes.middleware.AxesMiddleware",  # last: turns a locked-out sign-in into the 429 page
 ]
@@ -244,8 +244,8 @@ REDIS_URL = os.environ.get("REDIS_URL", "")
 # most these seconds, then the process's own copy of the token serves, instead of the push (and
 # the worker lane behind it) waiting for ever, redis-py's default.
 REDIS_CACHE_OPTIONS = {"socket_connect_timeout": 1.0, "socket_timeout": 1.0}
-# REDIS_URL also carries the wakes between processes: askcards.bus, Redis pub/sub, one subscriber
-# connection per process (askcards.hub keeps the waiters; no channel layer is configured).
+# REDIS_URL also carries the wakes between processes: askcards.wake.bus, Redis pub/sub, one subscriber
+# connection per process (askcards.wake.hub keeps the waiters; no channel layer is configured).
 if REDIS_URL:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
                           "OPTIONS": REDIS_CACHE_OPTIONS}}
@@ -336,7 +336,7 @@ ASKCARDS_PRUNE_BATCH = envint("ASKCARDS_PRUNE_BATCH", 2000, minimum=1, maximum=1
 ASKCARDS_PRUNE_BATCHES_PER_PASS = envint("ASKCARDS_PRUNE_BATCHES_PER_PASS", 50, minimum=1)
 ASKCARDS_WORKER_TICK_SECONDS = 0.5
 # Webhook POSTs: seconds to establish the connection, and seconds any single read of the response
-# (status line and headers; the body is never read) may wait. See askcards/netguard.py.
+# (status line and headers; the body is never read) may wait. See askcards/http/netguard.py.
 ASKCARDS_WEBHOOK_CONNECT_TIMEOUT_SECONDS = 5
 ASKCARDS_WEBHOOK_READ_TIMEOUT_SECONDS = 10
 # Webhooks may reach loopback and private ranges (127/8, 10/8, 172.16/12, 192.168/16, fc00::/7,
@@ -360,7 +360,7 @@ ASKCARDS_DINGTALK_CALLBACK_SKEW_SECONDS = envint(
 )
 
 
-# The server's edge (askcards/serverguard.py). A connection has ASKCARDS_HEADER_TIMEOUT seconds
+# The server's edge (askcards/http/serverguard.py). A connection has ASKCARDS_HEADER_TIMEOUT seconds
 # from opening (ASKCARDS_KEEPALIVE_TIMEOUT from its previous response) to start a request and
 # ASKCARDS_HEADER_TIMEOUT from the request's first byte to finish its headers, then
 # ASKCARDS_BODY_TIMEOUT seconds for the body (408 and closed otherwise); a request handed to the
@@ -390,7 +390,7 @@ def _networks(name: str) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network,
     return tuple(networks)
 
 
-# GET /metrics (Prometheus text; askcards/metrics.py). Refused (404) unless one of these is set:
+# GET /metrics (Prometheus text; askcards/operators/metrics.py). Refused (404) unless one of these is set:
 # a Bearer token the scraper sends, and/or the addresses it may scrape from (the direct peer's
 # address: behind a proxy, the proxy's). With both set, a scrape needs both.
 ASKCARDS_METRICS_TOKEN = os.environ.get("ASKCARDS_METRICS_TOKEN", "").strip()
@@ -407,9 +407,9 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
-        "json": {"()": "askcards.logformat.JsonFormatter"},
+        "json": {"()": "askcards.runtime.logformat.JsonFormatter"},
     },
-    "filters": {"refusal": {"()": "askcards.edge.RefusalWithoutTraceback"}},
+    "filters": {"refusal": {"()": "askcards.http.edge.RefusalWithoutTraceback"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": ASKCARDS_LOG_FORMAT}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     "loggers": {

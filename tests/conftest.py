@@ -7,7 +7,8 @@ import pytest
 from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
-from askcards import collector, selectors, services
+from askcards.runtime import collector
+from askcards import selectors, services
 from askcards.models import Session
 from tests.surfaces import RecordingSurface
 

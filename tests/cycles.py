@@ -1,6 +1,6 @@
 """What a parked waiter held, left in reference cycles once it ends.
 
-A server freezes what has lived a while (askcards/collector.py): a waiter's objects are frozen by
+A server freezes what has lived a while (askcards/runtime/collector.py): a waiter's objects are frozen by
 the time it ends, so they must be freed by reference counting then. A cycle among them is only
 found at the rare collection of everything, and holds its memory till then.
 """

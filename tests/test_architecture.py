@@ -27,18 +27,24 @@ RULES = [
      "the outbox reports outcomes; the worker acts on them"),
     ("askcards.selectors", ("askcards.services", "askcards.surfaces", "askcards.outbox", *ENTRY_POINTS),
      "selectors only read"),
-    ("askcards.dashboard", ("askcards.services", "askcards.surfaces", "askcards.outbox", *ENTRY_POINTS),
+    ("askcards.operators.dashboard", ("askcards.services", "askcards.surfaces", "askcards.outbox", *ENTRY_POINTS),
      "the dashboard's numbers only read"),
-    ("askcards.presenters", ("askcards.services", "askcards.surfaces", "askcards.outbox", "askcards.selectors",
+    ("askcards.operators.presenters", ("askcards.services", "askcards.surfaces", "askcards.outbox", "askcards.selectors",
                              "askcards.db", *ENTRY_POINTS), "presenters shape what is stored, for reading"),
-    ("askcards.charts", ("askcards",), "charts are geometry: plain data in, data out"),
-    ("askcards.timezones", ("askcards",), "the time zone middleware reads a cookie, nothing of askcards"),
+    ("askcards.operators.charts", ("askcards",), "charts are geometry: plain data in, data out"),
+    ("askcards.operators.timezones", ("askcards",), "the time zone middleware reads a cookie, nothing of askcards"),
     ("askcards.db", ("askcards.services", "askcards.surfaces", "askcards.outbox", "askcards.selectors",
                      *ENTRY_POINTS), "the database helpers sit under everything"),
-    ("askcards.metrics", ("askcards.services", "askcards.surfaces", "askcards.outbox", "askcards.tools", "askcards.db",
+    ("askcards.operators.metrics", ("askcards.services", "askcards.surfaces", "askcards.outbox", "askcards.tools", "askcards.db",
                           *ENTRY_POINTS),
      "services, surfaces and entry points count into the metrics; the metrics read the database through selectors"),
     ("askcards.services", ENTRY_POINTS, "services are called by entry points, never the other way"),
+    ("askcards.http", ("askcards.services", "askcards.surfaces", "askcards.outbox", *ENTRY_POINTS),
+     "the HTTP edge runs before askcards' own code and calls nothing above it"),
+    ("askcards.wake", ("askcards.models", "askcards.services", "askcards.surfaces", "askcards.outbox", "askcards.selectors",
+                       "askcards.db", *ENTRY_POINTS), "the wake path carries ids, never rows"),
+    ("askcards.runtime", ("askcards.services", "askcards.surfaces", "askcards.outbox", "askcards.selectors", *ENTRY_POINTS),
+     "the process's own plumbing knows no domain"),
     ("askcards.api", ("askcards.outbox", "askcards.mcp", "askcards.admin", "askcards.consumers"),
      "the API writes through services only"),
     ("askcards.admin", ("askcards.outbox", "askcards.api", "askcards.mcp"), "the admin writes through services only"),
@@ -122,8 +128,8 @@ def test_service_domains_import_downwards_only():
     assert not wrong, "\n".join(wrong)
 
 
-# Where no two modules import each other. Outside it, askcards.hub imports askcards.bus (inside a
-# function) and askcards.bus imports askcards.hub.
+# Where no two modules import each other. Outside it, askcards.wake.hub imports askcards.wake.bus (inside a
+# function) and askcards.wake.bus imports askcards.wake.hub.
 NO_TWO_CYCLES = "askcards.api"
 
 

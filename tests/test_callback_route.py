@@ -4,7 +4,7 @@ import json
 import pytest
 from channels.testing import HttpCommunicator
 
-from askcards.callbacks import MAX_CALLBACK_BYTES
+from askcards.http.edge import MAX_CALLBACK_BYTES
 from project.asgi import application
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]

@@ -1,4 +1,4 @@
-"""The server's full collections (askcards/collector.py), with CPython's real collector, each in a
+"""The server's full collections (askcards/runtime/collector.py), with CPython's real collector, each in a
 process of its own (they freeze and unfreeze the whole heap)."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 PRELUDE = r"""
 import gc, json, time, weakref
-from askcards import collector
+from askcards.runtime import collector
 
 class Node:
     pass

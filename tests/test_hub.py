@@ -1,4 +1,4 @@
-"""The process's wake path (askcards/hub.py, askcards/bus.py): a registry from key to waiters,
+"""The process's wake path (askcards/wake/hub.py, askcards/wake/bus.py): a registry from key to waiters,
 fanned out in memory, and one Redis pub/sub subscription per process on scale-out."""
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import time
 import pytest
 from asgiref.sync import sync_to_async
 
-from askcards import bus as buses
-from askcards import hub as hubs
+from askcards.wake import bus as buses
+from askcards.wake import hub as hubs
 from tests.conftest import require_service
 from tests.fakes import bus as fake_bus
 
@@ -182,7 +182,7 @@ async def test_a_killed_subscription_costs_a_re_read_not_a_wake(redis_url, redis
     warning for the outage, one line when it is over."""
     a, b = redis_hub(redis_url), redis_hub(redis_url)
     key = "ask.q_" + secrets.token_hex(16)
-    caplog.set_level(logging.WARNING, logger="askcards.bus")
+    caplog.set_level(logging.WARNING, logger="askcards.wake.bus")
     try:
         async with hubs.Waiter("w", a) as waiter:
             await waiter.add(key)

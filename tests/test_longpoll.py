@@ -63,7 +63,7 @@ async def test_wait_for_unknown_ask_is_404(agent_and_key):
 async def test_waiting_on_another_agents_ask_is_404_and_changes_nothing(agent_and_key, pending_ask, method):
     """The wait parks before it first reads the ask (``parks_here``): that read's refusal is still
     the API's 404, at once, and neither the ask nor the registry of waiters keeps a trace of it."""
-    from askcards.hub import HUB
+    from askcards.wake.hub import HUB
 
     other_key = (await database_sync_to_async(services.agent_create)(name="agent-b"))[1]
     await database_sync_to_async(services.ask_answer)(ask_id=pending_ask.id, answers=answer_for(), surface="web")
@@ -133,8 +133,8 @@ async def test_wait_gets_the_answer_though_the_bus_fails_under_it(agent_and_key,
     """Redis stops under a parked long-poll and the ask is answered on another process meanwhile
     (its wake lost): the long-poll re-reads and returns the answer within seconds, not at its
     timeout; it leaves nothing behind in the hub."""
-    from askcards import events
-    from askcards.hub import HUB
+    from askcards.wake import events
+    from askcards.wake.hub import HUB
     from tests.fakes import bus as fake_bus
 
     bus = fake_bus.install(monkeypatch)
@@ -201,8 +201,8 @@ async def test_a_parked_long_poll_leaves_no_cycle_behind(agent_and_key, pending_
     """What a parked long-poll held is freed as it ends, answered or at its timeout (then the
     client polls again), by reference counting: none of it is left in a reference cycle, which
     only the rare collection of everything would find (tests/cycles.py)."""
-    from askcards import events
-    from askcards.hub import HUB
+    from askcards.wake import events
+    from askcards.wake.hub import HUB
     from tests.cycles import Cycles
 
     timeout = 20 if ends == "answered" else 2

@@ -17,8 +17,9 @@ from django.test import Client
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
-from askcards import metrics, services
-from askcards.logformat import JsonFormatter
+from askcards.operators import metrics
+from askcards import services
+from askcards.runtime.logformat import JsonFormatter
 from askcards.models import Ask, Bot, CardMessage, OutboxEvent, PanelPresence
 from askcards.surfaces import sync
 from tests.conftest import QUESTIONS, answer_for
@@ -241,7 +242,7 @@ def test_a_failed_card_push_is_counted(token):
 
 def test_multiprocess_mode_sums_the_counters_of_every_process(token, tmp_path, monkeypatch):
     """Two other processes count refusals in PROMETHEUS_MULTIPROC_DIR; a scrape here sums them."""
-    code = ("import django; django.setup(); from askcards import metrics; "
+    code = ("import django; django.setup(); from askcards.operators import metrics; "
             "metrics.callback_refused('dingtalk', 'replayed')")
     env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path), "DJANGO_SETTINGS_MODULE": "tests.settings"}
     for _ in range(2):
@@ -307,7 +308,7 @@ def test_log_format_setting_refuses_an_unknown_format(tmp_path):
 
 
 def test_a_missing_multiprocess_directory_is_a_configuration_error(tmp_path, monkeypatch):
-    from askcards import checks
+    from askcards.runtime import checks
 
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path / "missing"))
     assert "askcards.E003" in [problem.id for problem in checks.askcards_settings(None)]

@@ -16,7 +16,8 @@ from django.utils.formats import date_format
 from django.utils.text import Truncator
 from django.utils.translation import ngettext
 
-from .. import dashboard, presenters, tools
+from askcards.operators import dashboard, presenters
+from askcards import tools
 from ..models import Ask, AskEvent, CardMessage, Respondent
 from .common import LargeListAdmin, OperatorTimeZoneMedia, ReadOnlyInline, count_of, operator_cancel
 

@@ -66,7 +66,7 @@ class ReadOnlyInline(admin.TabularInline):
 
 
 class OperatorTimeZoneMedia:
-    """Every askcards admin page sets the operator's time zone cookie (see askcards.timezones)
+    """Every askcards admin page sets the operator's time zone cookie (see askcards.operators.timezones)
     and has the ask page's and dashboard's styles."""
 
     js = ("askcards/admin/timezone.js",)

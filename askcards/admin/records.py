@@ -8,7 +8,8 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.translation import ngettext
 
-from .. import presenters, services
+from askcards.operators import presenters
+from askcards import services
 from ..models import AskEvent, OutboxEvent
 from .common import LargeListAdmin, OperatorTimeZoneMedia
 

@@ -1,5 +1,5 @@
 """Every error code the agent API sends, with its HTTP status and when it is sent: the codes come
-from ``askcards.errors``, ``askcards.api.auth``, ``askcards.api.errors`` and ``askcards.edge``.
+from ``askcards.errors``, ``askcards.api.auth``, ``askcards.api.errors`` and ``askcards.http.edge``.
 
 The error shape (``serializers.ErrorOutput``) lists them as its ``code`` enum; the schema
 (``schema``) documents, per operation, which of them it may answer.

@@ -12,7 +12,7 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from askcards import jsonlimits
+from askcards.http import jsonlimits
 from askcards.errors import AskcardsError, QuotaExceeded
 
 from .serializers import ErrorOutput

@@ -2,7 +2,7 @@
 
 The DRF view does the real work (auth, validation, the first read) in a pooled thread and, when
 the answer is "not yet", attaches a ``LongPoll`` to its response. The ASGI app below then parks the
-request in the process's hub (``askcards.hub``: one entry under each of the view's keys), re-runs
+request in the process's hub (``askcards.wake.hub``: one entry under each of the view's keys), re-runs
 the view's ``again`` in a pooled thread when woken or timed out, and sends that response.
 
 A view served here (``parks_here``) may leave its first read to ``again``: the app runs it once the
@@ -29,7 +29,10 @@ from django.http import HttpResponse
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
-from askcards import edge, events, metrics, services
+from askcards.http import edge
+from askcards.wake import events
+from askcards.operators import metrics
+from askcards import services
 from askcards.db import in_pool
 
 from .leases import KEEPER
@@ -37,7 +40,7 @@ from .leases import KEEPER
 
 @dataclass
 class LongPoll:
-    keys: list[str]  # what it waits on (``askcards.events``)
+    keys: list[str]  # what it waits on (``askcards.wake.events``)
     timeout: float
     # again(final) -> the response body (JSON data, or a whole HttpResponse), or None while still
     # waiting (final=False only).
@@ -107,7 +110,7 @@ class LongPollApp:
     """ASGI app serving one DRF view whose responses may carry a ``long_poll``.
 
     It bypasses Django's handler and middleware, so it does their edge work itself through
-    ``askcards.edge``: ``Host`` checked, the security headers added, the body bounded. A ``GET``
+    ``askcards.http.edge``: ``Host`` checked, the security headers added, the body bounded. A ``GET``
     takes no body; a body (``POST``) is refused by ``Content-Length`` first, then the agent key is
     checked, and only then is the body read (at most ``DATA_UPLOAD_MAX_MEMORY_SIZE``): an
     unauthenticated client cannot make the server buffer anything. A method the view has no
@@ -153,7 +156,7 @@ class LongPollApp:
             # The view's response, DRF's request and the view refer to each other: a cycle that only
             # the garbage collector frees. Let go of it before the wait, while it is young and cheap
             # to collect, instead of keeping it for up to a minute, by when it would have reached the
-            # oldest generation, whose collections pause the whole process (askcards/collector.py).
+            # oldest generation, whose collections pause the whole process (askcards/runtime/collector.py).
             del response
             with metrics.parked("rest"), services.parked_wait(poll.agent_id):
                 response = await self._wait(poll, receive, functools.partial(self._again, request, kwargs, poll))

@@ -1,4 +1,4 @@
-"""The API's request parser: DRF's JSONParser with askcards' limits (``askcards.jsonlimits``).
+"""The API's request parser: DRF's JSONParser with askcards' limits (``askcards.http.jsonlimits``).
 
 DRF's own parser lets a deeply nested body raise RecursionError (a 500) and accepts NUL, lone
 surrogates, NaN and Infinity, which PostgreSQL then refuses mid-request. This one answers 400
@@ -12,7 +12,7 @@ from django.core.exceptions import RequestDataTooBig
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser
 
-from askcards import jsonlimits
+from askcards.http import jsonlimits
 
 
 class BoundedJSONParser(JSONParser):

@@ -315,7 +315,7 @@ class ErrorDetailOutput(OutputSerializer):
     )
 
 
-# The edge (askcards.edge) writes this same shape for requests it refuses before any view runs
+# The edge (askcards.http.edge) writes this same shape for requests it refuses before any view runs
 # (413, a malformed Content-Length): it sits below the API, so it builds the body itself;
 # tests/api/test_schema.py checks those bodies against this component too.
 class ErrorOutput(OutputSerializer):

@@ -2,7 +2,7 @@ from django.urls import path, re_path, register_converter
 from django.urls.converters import StringConverter
 from django.views.decorators.csrf import csrf_exempt
 
-from askcards import edge
+from askcards.http import edge
 
 from . import views
 

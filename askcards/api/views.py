@@ -12,7 +12,9 @@ from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from askcards import events, jsonlimits, selectors, services
+from askcards.wake import events
+from askcards.http import jsonlimits
+from askcards import selectors, services
 from askcards.errors import AskNotPending, InvalidInput
 from askcards.models import Ask
 

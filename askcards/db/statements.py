@@ -656,7 +656,7 @@ def table_row_estimate(model: type[models.Model]) -> int | None:
 class SecondsBetween(models.Func):
     """Seconds from ``earlier`` to ``later`` (two datetime expressions) as a float, computed by
     the database itself, for the operator dashboard's time-to-answer percentiles
-    (``askcards.dashboard``), which sort every answer of the window by it, and the answer-time
+    (``askcards.operators.dashboard``), which sort every answer of the window by it, and the answer-time
     histogram of ``/metrics`` (``selectors.metrics_answer_times``).
 
     The ORM's own ``F(later) - F(earlier)`` calls a Python function per row on SQLite (Django's

@@ -16,7 +16,8 @@ from typing import Any
 from django.http import HttpResponse
 from rest_framework.views import APIView
 
-from askcards import events, services
+from askcards.wake import events
+from askcards import services
 from askcards.api.longpoll import LongPoll, LongPollResponse
 from askcards.errors import InvalidInput
 from askcards.mcp.caller import QUERY_FIELDS, caller_from, query_fields

@@ -41,7 +41,8 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE, TransportSecuritySettings
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from askcards import edge, jsonlimits, metrics
+from askcards.http import edge, jsonlimits
+from askcards.operators import metrics
 from askcards.db import in_pool
 
 from . import apps, host

@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import parse_qsl
 
-from askcards import jsonlimits, selectors, services
+from askcards.http import jsonlimits
+from askcards import selectors, services
 from askcards.api.serializers import SessionUpsertInput
 from askcards.errors import InvalidInput, Unauthenticated
 from askcards.models import Agent, Session

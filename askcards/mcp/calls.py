@@ -15,7 +15,8 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR
 from pydantic import ValidationError
 
-from askcards import events, services, tools
+from askcards.wake import events
+from askcards import services, tools
 from askcards.api.leases import KEEPER
 from askcards.db import in_pool
 from askcards.errors import AskcardsError, QuotaExceeded

@@ -179,7 +179,7 @@ class _KeepAlive:
     """A streaming parked call's keep-alive: ``ping()`` from a short task every ``PING_SECONDS``
     until ``stop()``. A class, not a closure re-scheduling itself: such a closure refers to itself,
     a cycle that outlives the call, and a parked call's objects are old by then, freed only by the
-    full collections that pause the process (askcards/collector.py)."""
+    full collections that pause the process (askcards/runtime/collector.py)."""
 
     __slots__ = ("_loop", "_ping", "_timer", "pinging")
 

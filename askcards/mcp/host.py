@@ -25,7 +25,8 @@ from typing import Any, Mapping
 import mcp_types as types
 from pydantic import ValidationError
 
-from askcards import events, services
+from askcards.wake import events
+from askcards import services
 from askcards.errors import NotFound
 from askcards.models import Agent, Ask
 

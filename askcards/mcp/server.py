@@ -4,7 +4,7 @@
   declaring ``execution.taskSupport: optional``.
 - ``tools/call``: ``services.tool_call``, as ``POST /api/v1/tools/call`` runs it. A blocking tool's
   call keeps its response stream open until the ask ends (its deadline at most), parked in the
-  process's hub (``askcards.hub``) like the REST long-polls: no thread and no database connection while it waits,
+  process's hub (``askcards.wake.hub``) like the REST long-polls: no thread and no database connection while it waits,
   progress notifications every ``PROGRESS_SECONDS`` when the request carried a ``progressToken``.
   ``notifications/cancelled`` for that request cancels the ask (``by_agent``); a dropped
   connection cancels nothing.

@@ -18,7 +18,8 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR
 from pydantic import ValidationError
 
-from askcards import events, selectors, services
+from askcards.wake import events
+from askcards import selectors, services
 from askcards.db import in_pool
 from askcards.errors import NotFound, QuotaExceeded
 from askcards.models import Agent, Ask

@@ -16,7 +16,8 @@ import mcp_types as types
 from django.utils import timezone
 from mcp.server.context import ServerRequestContext
 
-from askcards import events, selectors, services
+from askcards.wake import events
+from askcards import selectors, services
 from askcards.api.leases import KEEPER
 from askcards.db import in_pool
 from askcards.models import Agent, Ask

@@ -14,7 +14,7 @@ from ..models import Ask, AskEvent, CardMessage, OutboxEvent, PanelPresence, Pru
 
 
 # ------------------------------------------------------------------------------------ metrics
-# What /metrics reports from the database (askcards.metrics): every process answers the same,
+# What /metrics reports from the database (askcards.operators.metrics): every process answers the same,
 # because the figures are read at scrape time from the rows that hold the truth. Each is one
 # grouped query; none reads an answer or a secret.
 

@@ -12,7 +12,8 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, models, transaction
 from django.db.models import ProtectedError
 
-from askcards import crypto, jsonlimits, netguard, outbox
+from askcards import crypto, outbox
+from askcards.http import jsonlimits, netguard
 from askcards.errors import InvalidInput, NotFound
 from askcards.models import Agent, Ask, Bot, Session
 from askcards.surfaces.dingtalk.client import DingTalkClient, DingTalkError

@@ -21,7 +21,9 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from askcards import events, jsonlimits, outbox, surfaces, tools
+from askcards.wake import events
+from askcards.http import jsonlimits
+from askcards import outbox, surfaces, tools
 from askcards.db import statements
 from askcards.errors import InvalidInput
 from askcards.models import Ask, AskEvent, OutboxEvent, Respondent, Session

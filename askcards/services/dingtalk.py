@@ -14,7 +14,8 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from askcards import jsonlimits, outbox, selectors, surfaces
+from askcards.http import jsonlimits
+from askcards import outbox, selectors, surfaces
 from askcards.models import Agent, Ask, AskEvent, Bot, OutboxEvent, Respondent, Session
 from askcards.surfaces.dingtalk import surface as dingtalk_surface
 from askcards.surfaces.dingtalk.callbacks import CardCallback, ReplayedCallback

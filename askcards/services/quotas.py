@@ -29,7 +29,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Count
 from django.utils import timezone
 
-from askcards import metrics
+from askcards.operators import metrics
 from askcards.errors import InvalidInput, QuotaExceeded
 from askcards.models import Agent, AgentRateBucket, Ask, Respondent
 

@@ -16,7 +16,8 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from askcards import jsonlimits, surfaces, tools
+from askcards.http import jsonlimits
+from askcards import surfaces, tools
 from askcards.errors import InvalidInput, UnknownTool
 from askcards.models import Agent, Ask, AskEvent, CardMessage, Respondent, Session
 

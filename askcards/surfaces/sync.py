@@ -9,7 +9,7 @@ from typing import Any
 
 from django.db.models import F, Q
 
-from askcards import metrics
+from askcards.operators import metrics
 from askcards.db import statements
 from askcards.models import CardMessage
 

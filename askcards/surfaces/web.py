@@ -2,7 +2,7 @@
 
 Presence is kept in the database (one row per connected socket, refreshed by a heartbeat, stale
 after ``PanelPresence.TTL``), so every process agrees on whether a panel is connected — it decides
-``no_surface``. Pushes go to the user's key in the hub (``askcards.hub``), in every process.
+``no_surface``. Pushes go to the user's key in the hub (``askcards.wake.hub``), in every process.
 """
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from askcards import events, selectors
+from askcards.wake import events
+from askcards import selectors
 from askcards.db import statements
 from askcards.models import Ask, PanelPresence, Respondent, Session
 from askcards.tools import dingtalk_ask_user_question as dt

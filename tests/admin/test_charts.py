@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from askcards import charts
+from askcards.operators import charts
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,8 @@ from django.db.models import F
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from askcards import dashboard, services
+from askcards.operators import dashboard
+from askcards import services
 from askcards.db.statements import SecondsBetween
 from askcards.models import Ask, OutboxEvent, Respondent
 from tests.admin.test_admin import admin_url

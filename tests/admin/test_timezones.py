@@ -8,7 +8,7 @@ from django.http import HttpResponse
 from django.test import RequestFactory
 from django.utils import timezone
 
-from askcards.timezones import COOKIE, OperatorTimeZoneMiddleware, zone_named
+from askcards.operators.timezones import COOKIE, OperatorTimeZoneMiddleware, zone_named
 
 
 @pytest.mark.parametrize("name", ["Asia/Shanghai", "Asia%2FShanghai"])

@@ -79,7 +79,7 @@ from urllib.parse import urlencode
 
 import aiohttp
 
-from askcards import collector
+from askcards.runtime import collector
 from tests.bench.bench_longpoll import (
     HOST,
     PROJECT_DIR,

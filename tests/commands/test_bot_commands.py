@@ -11,7 +11,8 @@ import pytest
 from django.core.cache import cache
 from django.core.management import CommandError, call_command
 
-from askcards import checks, services
+from askcards.runtime import checks
+from askcards import services
 from askcards.models import Bot
 from tests.fakes.dingtalk import FakeDingTalk
 from tests.fakes.feishu import TOKEN_PATH as FEISHU_TOKEN_PATH

@@ -271,7 +271,7 @@ async def test_a_bus_lost_or_back_has_the_panel_catch_up_at_once(web_surface, ag
     """What was published while the bus was away reached no process: when it is lost and when it
     is back (the hub's REREAD to every member), the panel sockets catch up at once, as the parked
     long-polls re-read, not at their next heartbeat half a minute later."""
-    from askcards.hub import HUB, REREAD
+    from askcards.wake.hub import HUB, REREAD
     from askcards.surfaces import web
 
     monkeypatch.setattr(web, "PUSH_GRACE_SECONDS", 0.05)

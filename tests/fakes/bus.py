@@ -1,6 +1,6 @@
 """A bus that can go down like Redis does, for in-process tests of parked requests.
 
-``install(monkeypatch)`` makes it the hub's bus (``askcards.hub.HUB``), as ``REDIS_URL`` would
+``install(monkeypatch)`` makes it the hub's bus (``askcards.wake.hub.HUB``), as ``REDIS_URL`` would
 make Redis. There are no other processes: what this one publishes is recorded (``published``),
 or lost while the bus is down (``lost``). ``fail()``: the bus is lost, as when Redis stops (every
 waiter is handed a ``REREAD``, as the real bus does); ``recover()``: it is back (another
@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from askcards import hub as hubs
+from askcards.wake import hub as hubs
 
 
 class FakeBus:

@@ -306,7 +306,7 @@ class _Panel:
 def test_panel_and_card_first_answer_wins(agent, api, bot, feishu_surfaces, fake):
     from asgiref.sync import async_to_sync
 
-    from askcards.hub import HUB
+    from askcards.wake.hub import HUB
     from askcards.surfaces.web import panel_key
 
     grant_bot(agent, bot)

@@ -9,8 +9,9 @@ import logging
 import pytest
 from channels.db import database_sync_to_async
 
-from askcards import events, services
-from askcards.hub import HUB
+from askcards.wake import events
+from askcards import services
+from askcards.wake.hub import HUB
 from askcards.mcp import apps, exchange, host
 from askcards.models import Ask
 from tests.conftest import QUESTIONS, answer_for

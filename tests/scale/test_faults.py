@@ -236,7 +236,7 @@ def _label(ask: dict) -> str | None:
 
 
 def _parked(redis_port: int, ask_ids: list[str], timeout: float = 10) -> None:
-    """Every long-poll's process has subscribed to its ask's channel in Redis (askcards.bus)."""
+    """Every long-poll's process has subscribed to its ask's channel in Redis (askcards.wake.bus)."""
     import redis
 
     client = redis.Redis(port=redis_port, socket_timeout=2)

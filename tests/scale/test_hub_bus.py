@@ -1,4 +1,4 @@
-"""Wakes across processes through the bus (askcards/bus.py: Redis pub/sub, one subscription per
+"""Wakes across processes through the bus (askcards/wake/bus.py: Redis pub/sub, one subscription per
 process), and what a lost wake costs (issue 26).
 
 Two ``manage.py serve`` processes, A (with the worker) and B (``--no-worker``), on one PostgreSQL

@@ -1,6 +1,6 @@
 """A panel socket shows every ask of its user even when the bus drops the push (issue 14, issue 26).
 
-Pushes cross processes over Redis pub/sub (askcards.bus): each process has one subscriber
+Pushes cross processes over Redis pub/sub (askcards.wake.bus): each process has one subscriber
 connection, subscribed to the keys it has members for (a panel socket: its user's key). A
 10,000-waiter run of tests/bench/bench_scaleout.py once lost 155 asks when a process holding both
 of a user's sockets fell behind and the former channel layer dropped their pushes.
@@ -42,7 +42,7 @@ from django.conf import settings
 from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
 from django.contrib.sessions.backends.db import SessionStore
 from askcards import services
-from askcards.bus import channel_prefix
+from askcards.wake.bus import channel_prefix
 from askcards.surfaces import web
 name = "pushes-" + secrets.token_hex(4)
 user = get_user_model().objects.create(username=name)
@@ -62,7 +62,8 @@ print(json.dumps({"name": name, "cookie": settings.SESSION_COOKIE_NAME + "=" + s
 # that no longer exist (each shows nothing), then ``ASKS`` real asks, then the answer of ``ANSWER``.
 ACT = r"""
 import json
-from askcards import events, services
+from askcards import services
+from askcards.wake import events
 from askcards.models import Agent, Session
 from askcards.surfaces import web
 name, flood, asks, answer = %(name)r, %(flood)d, %(asks)d, %(answer)r

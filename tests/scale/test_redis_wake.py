@@ -30,7 +30,7 @@ def server(redis_env, tmp_path_factory):
 
 
 def _wait_until_parked(ask_id: str, timeout: float = 10) -> None:
-    """The long-poll's process has subscribed to the ask's channel in Redis (askcards.bus)."""
+    """The long-poll's process has subscribed to the ask's channel in Redis (askcards.wake.bus)."""
     import redis
 
     client = redis.Redis(host=harness.REDIS_HOST, port=harness.REDIS_PORT, db=REDIS_DB, socket_timeout=2)

@@ -7,7 +7,7 @@ import json
 import pytest
 from django.conf import settings
 
-from askcards.callbacks import MAX_CALLBACK_BYTES
+from askcards.http.edge import MAX_CALLBACK_BYTES
 from tests.security.edge_client import CHUNK, call
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]

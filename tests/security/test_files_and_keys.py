@@ -17,7 +17,8 @@ import pytest
 from rest_framework.test import APIClient
 from django.core.management import call_command
 
-from askcards import checks, services
+from askcards.runtime import checks
+from askcards import services
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 

@@ -10,7 +10,8 @@ import pytest
 from channels.db import database_sync_to_async
 from django.test import Client
 
-from askcards import jsonlimits, services
+from askcards.http import jsonlimits
+from askcards import services
 from askcards.models import Ask, AskEvent, Session
 from askcards.surfaces.dingtalk import callbacks as dingtalk_callbacks
 from askcards.surfaces.feishu import security

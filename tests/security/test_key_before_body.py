@@ -1,6 +1,6 @@
 """Issue 23, point 5, on a real ``manage.py serve``: on the keyed routes (``/api/v1/…``, ``/mcp``,
 the agent hosts' ``/hooks/…``)
-nothing much is buffered before the agent key is checked (askcards/serverguard.py). Before, daphne
+nothing much is buffered before the agent key is checked (askcards/http/serverguard.py). Before, daphne
 read every body whole (up to 2.5 MB, to a temporary file past 100 KB) before the application saw
 the key: 40 held connections with a wrong key parked 104 MB of temporary files and +100 MB RSS.
 
@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from askcards.serverguard import KEY_READ_BYTES
+from askcards.http.serverguard import KEY_READ_BYTES
 from tests import serving
 from tests.conftest import require_service
 from tests.mcp import support

@@ -1,6 +1,6 @@
 """Attacks on ``/mcp`` against a real ``manage.py serve`` (daphne on 127.0.0.1), where the server's
 own reading matters: daphne reads a body before the application runs, so the bound on what an
-unauthenticated client can make it take is ``askcards.serverguard``'s (the declared length
+unauthenticated client can make it take is ``askcards.http.serverguard``'s (the declared length
 refused before a byte is sent; a chunked body cut soon after the limit, or after 8 KB without a good
 key: tests/security/test_key_before_body.py). Also on the wire:
 the 401's challenge, Host and Origin, the security headers of the SSE stream, the official SDK

@@ -9,7 +9,7 @@ from unittest import mock
 import pytest
 from django.test import Client
 
-from askcards import metrics
+from askcards.operators import metrics
 
 pytestmark = pytest.mark.django_db
 
@@ -49,7 +49,7 @@ def test_the_exact_token_reads_the_metrics():
 
 
 def test_the_token_is_compared_in_constant_time():
-    with mock.patch("askcards.metrics.hmac.compare_digest", wraps=hmac.compare_digest) as compare:
+    with mock.patch("askcards.operators.metrics.hmac.compare_digest", wraps=hmac.compare_digest) as compare:
         assert metrics.refusal(authorization="Bearer wrong", remote_addr="127.0.0.1") == 401
         assert metrics.refusal(authorization=f"Bearer {TOKEN}", remote_addr="127.0.0.1") is None
     assert [call.args[1] for call in compare.call_args_list] == [TOKEN.encode(), TOKEN.encode()]

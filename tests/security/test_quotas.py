@@ -19,7 +19,8 @@ from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 from rest_framework.test import APIClient
 
-from askcards import metrics, services
+from askcards.operators import metrics
+from askcards import services
 from askcards.models import Agent, AgentRateBucket, Ask
 from askcards.services import quotas
 from tests.api.conftest import db_state, error_of, send

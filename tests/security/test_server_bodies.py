@@ -1,5 +1,5 @@
 """Issue 10, point 1, at the server: daphne itself (under ``manage.py serve``, a real process on
-127.0.0.1) stops reading a body past the limit. Without ``askcards.serverguard`` (its request class) it
+127.0.0.1) stops reading a body past the limit. Without ``askcards.http.serverguard`` (its request class) it
 took in the whole body (a temporary file) before the application could refuse it."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The rules askcards/serverguard.py applies at the server (tested on a real server in
+"""The rules askcards/http/serverguard.py applies at the server (tested on a real server in
 test_slow_clients.py and test_key_before_body.py): which routes are keyed, each route's body limit,
 the refusal log that does not flood, and the settings, whose bad values stop the process with a
 clear error."""
@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from askcards import serverguard
+from askcards.http import serverguard
 from tests.serving import ROOT
 
 
@@ -44,7 +44,7 @@ def test_the_refusal_log_writes_the_first_line_then_one_summary_a_window(caplog)
     now, scheduled = [100.0], []
     log = serverguard.RefusalLog(window=10, clock=lambda: now[0], call_later=lambda delay, fn: scheduled.append(
         (delay, fn)) or object())
-    caplog.set_level(logging.WARNING, logger="askcards.serverguard")
+    caplog.set_level(logging.WARNING, logger="askcards.http.serverguard")
     log.note("408 headers too slow", "cut a connection from 10.0.0.1: 408", "10.0.0.1")
     for i in range(300):
         now[0] += 0.01

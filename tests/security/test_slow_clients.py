@@ -1,5 +1,5 @@
 """Issue 23, point 4, on a real ``manage.py serve``: slow clients are cut off
-(askcards/serverguard.py). Before, a connection trickling a byte every few seconds stayed open for
+(askcards/http/serverguard.py). Before, a connection trickling a byte every few seconds stayed open for
 ever on every route: a few hundred of them took every file descriptor, and ``/healthz``, the API and
 the worker's lanes (a traceback a pass) all failed.
 
@@ -149,7 +149,7 @@ class Probe(threading.Thread):
 
 
 def serveguard_lines(log: Path) -> list[str]:
-    return [line for line in log.read_text().splitlines() if " askcards.serverguard " in line]
+    return [line for line in log.read_text().splitlines() if " askcards.http.serverguard " in line]
 
 
 def wait_for_line(log: Path, needle: str, seconds: float) -> bool:

@@ -21,7 +21,8 @@ from django.core.management import CommandError, call_command
 from django.urls import reverse
 from django.utils import timezone
 
-from askcards import crypto, netguard, outbox, services
+from askcards import crypto, outbox, services
+from askcards.http import netguard
 from askcards.errors import InvalidInput
 from askcards.models import Agent, OutboxEvent
 from tests.conftest import answer_for

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from askcards import jsonlimits
+from askcards.http import jsonlimits
 
 SIGNATURE_HEADER = "x-ddpaas-signature"
 TIMESTAMP_HEADER = "x-ddpaas-signature-timestamp"

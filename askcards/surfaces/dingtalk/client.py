@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import requests
 
-from askcards import jsonlimits
+from askcards.http import jsonlimits
 from askcards.surfaces.http import PlatformError, RetryPolicy, TokenCache, call_with_retries, http_session
 from askcards.tools.dingtalk_ask_user_question import as_text
 

@@ -16,7 +16,8 @@ from typing import Any, Protocol
 from django.conf import settings
 from django.db import close_old_connections
 
-from askcards import metrics, selectors
+from askcards.operators import metrics
+from askcards import selectors
 from askcards.errors import CallbackRefused
 from askcards.models import Bot
 

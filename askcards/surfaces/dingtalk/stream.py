@@ -26,7 +26,7 @@ import requests
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import WebSocketException
 
-from askcards import jsonlimits
+from askcards.http import jsonlimits
 
 logger = logging.getLogger(__name__)
 

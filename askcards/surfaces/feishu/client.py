@@ -20,7 +20,7 @@ from urllib.parse import quote
 
 import requests
 
-from askcards import jsonlimits
+from askcards.http import jsonlimits
 from askcards.surfaces.http import PlatformError, RetryPolicy, TokenCache, call_with_retries, http_session
 
 from .cards import dumps_card

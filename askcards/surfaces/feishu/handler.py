@@ -16,7 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from askcards import metrics, selectors
+from askcards.operators import metrics
+from askcards import selectors
 from askcards.errors import CallbackRefused
 from askcards.models import Bot, ProgressCard
 

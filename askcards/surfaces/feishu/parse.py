@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from askcards import jsonlimits
+from askcards.http import jsonlimits
 from askcards.tools import ANSWER_TEXT_MAX_CHARS
 from askcards.tools.ask_user_questions import normalise_answers
 

@@ -19,7 +19,7 @@ from typing import Any
 from cryptography.hazmat.primitives import padding
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
-from askcards import jsonlimits
+from askcards.http import jsonlimits
 
 MAX_AGE_SECONDS = 5 * 60
 MAX_BODY_BYTES = 1024 * 1024  # Feishu callbacks are a few KB (the card action and its form values)

@@ -62,10 +62,10 @@ from django.conf import settings
 from twisted.web import http
 from twisted.web.http_headers import Headers
 
-from askcards import edge, selectors
-from askcards.callbacks import MAX_CALLBACK_BYTES
+from askcards import selectors
 from askcards.db import in_pool
 from askcards.errors import Unauthenticated
+from askcards.http import edge
 
 logger = logging.getLogger(__name__)
 
@@ -73,8 +73,8 @@ logger = logging.getLogger(__name__)
 KEYED_PATHS: list[str] = ["/api/v1/", "/mcp", "/hooks/"]
 # Routes with a smaller limit than DATA_UPLOAD_MAX_MEMORY_SIZE. The platform callbacks are signed
 # over their bodies, so nothing can be checked before the body is read: the limit is small instead.
-ROUTE_BODY_LIMITS: list[tuple[str, int]] = [("/callbacks/feishu/", MAX_CALLBACK_BYTES),
-                                            ("/callbacks/dingtalk/", MAX_CALLBACK_BYTES)]
+ROUTE_BODY_LIMITS: list[tuple[str, int]] = [("/callbacks/feishu/", edge.MAX_CALLBACK_BYTES),
+                                            ("/callbacks/dingtalk/", edge.MAX_CALLBACK_BYTES)]
 # How much a connection reads at a time while its request may still be refused for its key (module
 # docstring, "Reads"): a request's headers and a small body still take one or two reads.
 KEY_READ_BYTES = 4096

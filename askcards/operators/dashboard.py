@@ -15,7 +15,7 @@
   the partial ``outbox_due_idx`` holds exactly those rows.
 
 The window is the last ``days`` calendar days in the current time zone (the operator's, see
-``askcards.timezones``), today included. Nothing here runs Python per row in the database, and
+``askcards.operators.timezones``), today included. Nothing here runs Python per row in the database, and
 no row comes back to Python but the aggregates. The time-to-answer and per-day queries scan the
 respondent and ask tables (no index on answer or close times: each would cost every answer's
 UPDATE); with 300,000 asks on SQLite the whole dashboard takes about 0.6 s.
@@ -30,9 +30,9 @@ from django.db.models import Count, F, Min, Q, Window
 from django.db.models.functions import RowNumber
 from django.utils import timezone
 
-from .charts import DURATION_STEPS, Chart, bar_chart, duration
-from .db.statements import SecondsBetween
-from .models import Ask, OutboxEvent, Respondent
+from askcards.operators.charts import DURATION_STEPS, Chart, bar_chart, duration
+from askcards.db.statements import SecondsBetween
+from askcards.models import Ask, OutboxEvent, Respondent
 
 WINDOW_DAYS = 7
 PERCENTILES = (50, 90)

@@ -1,5 +1,5 @@
 """One wake path per process: a registry from key to what is parked on it here, fed by this
-process's own publishes and by ONE bus subscription (``askcards.bus``, on scale-out).
+process's own publishes and by ONE bus subscription (``askcards.wake.bus``, on scale-out).
 
 A key names what a waiter waits for: an ask (its long-polls, MCP calls and task-result waits), an
 agent (its events long-poll), a web user (their panel sockets), a parked ``tools/call`` (its cancel
@@ -64,11 +64,11 @@ class Hub:
 
     @property
     def bus(self) -> Any:
-        """The Redis bus when ``REDIS_URL`` is set (``askcards.bus.RedisBus``), else None: on the
+        """The Redis bus when ``REDIS_URL`` is set (``askcards.wake.bus.RedisBus``), else None: on the
         embedded default every waiter is in this one process."""
         url = settings.REDIS_URL
         if url != self._bus_url:
-            from askcards.bus import RedisBus
+            from askcards.wake.bus import RedisBus
 
             if self._bus is not None and hasattr(self._bus, "close"):
                 self._bus.close()

@@ -55,6 +55,11 @@ def error_response(status: int, code: str, message: str) -> HttpResponse:
     return HttpResponse(content, status=status, content_type="application/json")
 
 
+# A platform callback's body: Feishu and DingTalk callbacks are a few KB, and platforms sign what
+# they send, so there is nothing to authenticate before reading: the limit is small instead.
+MAX_CALLBACK_BYTES = 1024 * 1024
+
+
 def default_body_limit() -> int | None:
     """Django's limit for a request body held in memory; ``None`` (an operator's choice) is no limit."""
     return settings.DATA_UPLOAD_MAX_MEMORY_SIZE
@@ -160,7 +165,7 @@ class BoundedBody:
     application. Over-long ``Content-Length`` → 413 without reading; a streamed body passing the
     limit → the application sees the client go away (Django's handler then returns without a
     response or a log line) and the client gets 413. Routes with smaller limits apply theirs
-    through ``read_body``. Under daphne, ``askcards.serverguard`` already stops the server reading
+    through ``read_body``. Under daphne, ``askcards.http.serverguard`` already stops the server reading
     at the same limits; this keeps the rule for any other ASGI server and for tests."""
 
     def __init__(self, app):

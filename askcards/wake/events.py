@@ -1,4 +1,4 @@
-"""The keys waiters wait on and the small messages published after commits (``askcards.hub``).
+"""The keys waiters wait on and the small messages published after commits (``askcards.wake.hub``).
 
 Payloads carry ids (and what a reader needs without a query); whoever wakes re-reads the database
 (the source of truth), so a lost or duplicated message costs latency, never correctness.
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from askcards.hub import HUB, LAYER_RETRY_SECONDS, REREAD, Waiter
+from askcards.wake.hub import HUB, LAYER_RETRY_SECONDS, REREAD, Waiter
 
 __all__ = ["WAKE", "REREAD", "LAYER_RETRY_SECONDS", "Waiter", "ask_key", "agent_key", "wake", "publish"]
 
@@ -29,5 +29,5 @@ def wake(*keys: str) -> None:
 
 def publish(messages: list[tuple[str, dict[str, Any]]]) -> None:
     """Send each (key, message) to its waiters in every process, from sync or async code, after a
-    commit. Never raises (``askcards.hub.Hub.publish``)."""
+    commit. Never raises (``askcards.wake.hub.Hub.publish``)."""
     HUB.publish(messages)

@@ -10,7 +10,7 @@ from django.db import connections
 from django.db.models import TextField
 from django.db.models.functions import Cast
 
-from . import crypto
+from askcards import crypto
 
 
 @register()
@@ -93,7 +93,7 @@ def askcards_stored_secrets(app_configs, databases=None, **kwargs):
     secret) before callbacks start failing."""
     if not databases:
         return []
-    from .models import Agent, Bot
+    from askcards.models import Agent, Bot
 
     problems = []
     for alias in databases:
@@ -123,7 +123,7 @@ def askcards_dingtalk_http_bots(app_configs, databases=None, **kwargs):
     unset secret is stored as the empty string."""
     if not databases:
         return []
-    from .models import Bot
+    from askcards.models import Bot
 
     problems = []
     for alias in databases:

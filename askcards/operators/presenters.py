@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .models import Ask, AskEvent, Respondent
-from .tools.dingtalk_ask_user_question.request import as_text
-from .tools.dingtalk_ask_user_question.schema import OPTION_TYPES
+from askcards.models import Ask, AskEvent, Respondent
+from askcards.tools.dingtalk_ask_user_question.request import as_text
+from askcards.tools.dingtalk_ask_user_question.schema import OPTION_TYPES
 
 # The text box every ask_user_questions question shows next to its options (Feishu card, panel).
 OTHER_BOX = "其他（可选）"

@@ -1,6 +1,6 @@
 """The scale-out bus: Redis pub/sub, one subscriber connection per process (``REDIS_URL``).
 
-Each key with a member in this process (``askcards.hub``) is one Redis channel,
+Each key with a member in this process (``askcards.wake.hub``) is one Redis channel,
 ``askcards:<db>:<key>`` (the database number of ``REDIS_URL`` keeps deployments sharing a Redis
 apart, as pub/sub itself ignores it), and the process's one connection subscribes to exactly
 those: an answer is published once and Redis hands it to the processes that wait on it, none
@@ -42,7 +42,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.retry import Retry as SyncRetry
 
-from askcards import hub as hubs
+from askcards.wake import hub as hubs
 
 logger = logging.getLogger(__name__)
 
