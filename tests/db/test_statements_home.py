@@ -9,7 +9,7 @@ import askcards
 PACKAGE = Path(askcards.__file__).parent
 HOME = PACKAGE / "db" / "statements.py"
 RUNS_SQL_TEXT = {"execute", "executemany", "raw", "extra", "RawSQL"}
-NOT_SQL = {PACKAGE / "bus.py"}  # its execute() runs Redis pipelines of PUBLISH commands, no SQL
+NOT_SQL = {PACKAGE / "wake" / "bus.py"}  # its execute() runs Redis pipelines of PUBLISH commands, no SQL
 
 
 def sql_calls(path: Path) -> list[str]:
