@@ -6,6 +6,7 @@ hooks. Non-blocking: the outcome reaches the agent as the ask.closed event's ``m
 """
 from __future__ import annotations
 
+import enum
 import logging
 from dataclasses import dataclass
 from functools import partial
@@ -268,16 +269,25 @@ def _click_outcome(
     return ClickResult("rejected", ask, "closed")
 
 
+class PanelRefusal(enum.Enum):
+    """Why a DingTalk form answered on the web panel did not count."""
+
+    NOT_FOUND = "not_found"  # not an ask this panel may answer
+    NOT_RESPONDENT = "not_respondent"  # the panel's user is not one of its respondents
+    NOT_PENDING = "not_pending"  # the ask ended before this answer
+    ALREADY = "already"  # they responded before
+    INVALID = "invalid"  # what the card's form would refuse (``detail`` says what, ``field`` where)
+
+
 @dataclass
 class PanelAnswer:
-    """What a DingTalk form answered on the web panel did. ``error`` (when not ``ok``):
-    ``not_found`` (not an ask this panel may answer) | ``not_respondent`` | ``not_pending`` |
-    ``already`` (they responded before) | ``invalid: <what the person reads>``, with ``field``
-    naming the field it is about."""
+    """What a DingTalk form answered on the web panel did. When not ``ok``, ``reason`` says why;
+    an ``INVALID`` one carries what the person reads (``detail``) and the ``field`` it is about."""
 
     ok: bool
     ask: Ask | None
-    error: str = ""
+    reason: PanelRefusal | None = None
+    detail: str = ""
     field: str = ""
     respondent: Respondent | None = None
 
@@ -293,23 +303,23 @@ def dingtalk_panel_answer(*, username: str, ask_id: str, action: str, form: Any)
     """
     ask = selectors.panel_ask(username=username, ask_id=ask_id)
     if ask is None or ask.tool != dingtalk_tool.NAME or "web" not in ask.surfaces:
-        return PanelAnswer(False, None, "not_found")
+        return PanelAnswer(False, None, PanelRefusal.NOT_FOUND)
     if action not in ("submit", "cancel"):
-        return PanelAnswer(False, ask, "invalid: 未知的操作，应为提交或取消。")
+        return PanelAnswer(False, ask, PanelRefusal.INVALID, "未知的操作，应为提交或取消。")
     row = selectors.panel_respondent(ask)
     if row is None:
         audit_ignored(ask, "not_respondent", f"respondent:{selectors.panel_identity(ask.session)}", WEB_SURFACE)
-        return PanelAnswer(False, ask, "not_respondent")
+        return PanelAnswer(False, ask, PanelRefusal.NOT_RESPONDENT)
     if action == "submit":
         try:
             jsonlimits.check_text(form, "form")
         except jsonlimits.JSONRefused as exc:  # text the database would refuse
-            return PanelAnswer(False, ask, f"invalid: {exc}")
+            return PanelAnswer(False, ask, PanelRefusal.INVALID, str(exc))
     click = dingtalk_click(ask=ask, user_id=row.respondent_id, action=action, form=form if action == "submit" else {},
                            surface=WEB_SURFACE)
     if click.kind in ("recorded", "duplicate"):
         return PanelAnswer(True, click.ask, respondent=click.respondent)
     if click.reason == "invalid":
-        return PanelAnswer(False, click.ask, f"invalid: {click.notice}", click.field)
-    return PanelAnswer(False, click.ask, "already" if click.reason == "already" else "not_pending",
+        return PanelAnswer(False, click.ask, PanelRefusal.INVALID, click.notice, click.field)
+    return PanelAnswer(False, click.ask, PanelRefusal.ALREADY if click.reason == "already" else PanelRefusal.NOT_PENDING,
                        respondent=click.respondent)

@@ -73,7 +73,7 @@ async def _answer(ask, labels, custom=None):
     answers = [{"question": q["question"], "selectedLabels": labels[i] if i < len(labels) else [],
                 "customInput": custom if i == 0 else None} for i, q in enumerate(ask.questions)]
     outcome = await database_sync_to_async(services.ask_answer)(ask_id=ask.id, answers=answers, surface="web")
-    assert outcome.accepted, outcome.error
+    assert outcome.accepted, (outcome.reason, outcome.detail)
 
 
 async def _decided(key, event, labels, custom=None, path=SESSION_URL):
@@ -460,7 +460,7 @@ async def _elicited(key, labels, customs):
     answers = [{"question": q["question"], "selectedLabels": labels[i], "customInput": customs[i]}
                for i, q in enumerate(ask.questions)]
     outcome = await database_sync_to_async(services.ask_answer)(ask_id=ask.id, answers=answers, surface="web")
-    assert outcome.accepted, outcome.error
+    assert outcome.accepted, (outcome.reason, outcome.detail)
     response = await hook
     return ask, json.loads(response["body"])
 
