@@ -13,11 +13,11 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, models, transaction
 from django.db.models import ProtectedError
 
-from askcards import crypto, jsonlimits, netguard, outbox
+from askcards import crypto, jsonlimits, netguard, outbox, surfaces
 from askcards.errors import InvalidInput, NotFound
 from askcards.models import Agent, Ask, Bot, Session
-from askcards.surfaces.dingtalk.client import DingTalkClient, DingTalkError
-from askcards.surfaces.feishu.client import FeishuClient, FeishuError
+from askcards.surfaces.dingtalk.client import DingTalkError
+from askcards.surfaces.feishu.client import FeishuError
 from askcards.surfaces.http import PlatformError
 
 from .asks import ask_results_delivered
@@ -343,13 +343,7 @@ def bot_test(*, bot: Bot, timeout: float = 5.0) -> BotCheck:
     token is not used: it would hide a secret changed since). Never raises for a platform
     failure: the result says what failed. Nothing secret is put in the message."""
     where = bot.base_url
-    client: FeishuClient | DingTalkClient
-    if bot.platform == Bot.Platform.FEISHU:
-        client = FeishuClient(bot.app_id, bot.app_secret, bot.base_url, timeout=timeout, max_attempts=2,
-                              backoff=0.2)
-    else:
-        client = DingTalkClient(bot.app_id, bot.app_secret, bot.base_url, timeout=timeout, max_attempts=2,
-                                backoff=0.2)
+    client = surfaces.for_platform(bot.platform).client(bot, timeout=timeout, max_attempts=2, backoff=0.2)
     warnings = bot_warnings(bot)
     if not bot.is_active:
         warnings.append(f"{bot.platform} bot {bot.app_id} is inactive: its callbacks are refused and no card is sent")

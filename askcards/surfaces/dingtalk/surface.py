@@ -134,6 +134,11 @@ def space_of(ask: Ask) -> tuple[str, str, bool]:
 
 class DingTalkSurface(Surface):
     name = NAME
+    platform = Bot.Platform.DINGTALK
+
+    def client(self, bot: Bot, *, timeout: float, max_attempts: int, backoff: float) -> DingTalkClient:
+        return DingTalkClient(bot.app_id, bot.app_secret, bot.base_url, timeout=timeout, max_attempts=max_attempts,
+                              backoff=backoff)
 
     def reachable(self, session: Session, tool: str) -> bool:
         if tool != dt.NAME or session.platform != Session.Platform.DINGTALK or session.is_subagent:
