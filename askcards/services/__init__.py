@@ -58,6 +58,8 @@ from .asks import (
 )
 from .dingtalk import (
     DINGTALK_SURFACE,
+    ClickKind,
+    ClickRefusal,
     ClickResult,
     PanelAnswer,
     PanelRefusal,
@@ -95,7 +97,7 @@ from .tool_calls import DEFAULT_TIMEOUT_SECONDS, MAX_TIMEOUT_SECONDS, ToolCallOu
 
 __all__ = [
     "BOT_BASE_URLS", "CALLBACK_RECEIPT_TTL", "DEFAULT_TIMEOUT_SECONDS", "DINGTALK_SURFACE", "MAX_TIMEOUT_SECONDS",
-    "SYSTEM", "AnswerOutcome", "AnswerRefusal", "PruneReport", "asks_prune", "audit_prune", "outbox_prune", "receipts_prune", "ClickResult", "ToolCallOutcome", "agent_bot_grant", "agent_bot_revoke", "agent_bots_set", "agent_create", "agent_grant", "agent_grants_set",
+    "SYSTEM", "AnswerOutcome", "AnswerRefusal", "PruneReport", "asks_prune", "audit_prune", "outbox_prune", "receipts_prune", "ClickKind", "ClickRefusal", "ClickResult", "ToolCallOutcome", "agent_bot_grant", "agent_bot_revoke", "agent_bots_set", "agent_create", "agent_grant", "agent_grants_set",
     "agent_recover", "agent_revoke", "agent_rotate_key", "agent_webhook_url_check", "ask_activate", "ask_answer",
     "ask_cancel", "ask_click_rejected", "ask_expire", "ask_invalidate", "ask_result_returned",
     "ask_result_undeliverable", "ask_results_delivered", "bot_add", "bot_find", "bot_get", "bot_remove", "bot_test", "bot_update", "bot_update_check", "bot_warnings",

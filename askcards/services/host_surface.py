@@ -17,6 +17,7 @@ from typing import Any
 
 from askcards.errors import NotFound
 from askcards.models import Agent, Ask
+from askcards.surfaces.dingtalk.cards import ClickKind, ClickRefusal
 from askcards.tools import dingtalk_ask_user_question as dingtalk_tool
 from askcards.tools import host_form
 
@@ -77,9 +78,9 @@ def host_respond(*, agent: Agent, ask_id: str, action: str, content: Any = None)
         if owner is None:
             return HostResponse(False, ask, HostRefusal.NOT_OPEN)
         click = dingtalk_click(ask=ask, user_id=owner.respondent_id, action="submit", form=answer, surface=HOST_SURFACE)
-        if click.kind == "recorded":
+        if click.kind is ClickKind.RECORDED:
             return HostResponse(True, click.ask)
-        if click.reason == "invalid":
+        if click.reason is ClickRefusal.INVALID:
             return HostResponse(False, click.ask, HostRefusal.INVALID, click.notice)
         return HostResponse(False, click.ask, HostRefusal.NOT_OPEN)
     outcome = ask_answer(ask_id=ask.id, answers=answer, surface=HOST_SURFACE, ask=ask)

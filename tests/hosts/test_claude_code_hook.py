@@ -586,7 +586,7 @@ async def test_on_dingtalk_someone_else_cannot_answer_a_host_prompt(present):
     ask = await _open_ask()
     click = await database_sync_to_async(services.dingtalk_click)(ask=ask, user_id="staff_b", action="submit",
                                                                   form={"q0": "o0"})
-    assert (click.kind, click.reason) == ("rejected", "not_owner")
+    assert (click.kind, click.reason) == (services.ClickKind.REJECTED, services.ClickRefusal.NOT_OWNER)
     assert dingtalk_cards.notice(click.reason) == "仅提问对象可以回答这张卡片。"
     assert (await database_sync_to_async(Ask.objects.get)(pk=ask.id)).status == "pending"
     click = await database_sync_to_async(services.dingtalk_click)(ask=ask, user_id="staff_a", action="submit",

@@ -245,7 +245,8 @@ async def test_on_a_dingtalk_card_the_refusal_says_what_is_wrong(present):
 
     form = {"q0": "o0", "q0_other": "bob@example", "q1": "o1", "q2": "o1", "q3": "o0"}
     click = await _dingtalk_click(ask, form)
-    assert (click.kind, click.reason, click.notice) == ("rejected", "invalid", "「Email」应为邮箱地址（如 name@example.com）。")
+    assert (click.kind, click.reason, click.notice) == (
+        services.ClickKind.REJECTED, services.ClickRefusal.INVALID, "「Email」应为邮箱地址（如 name@example.com）。")
     assert dingtalk_cards.notice(click.reason, click.notice) == "提交未被记录：「Email」应为邮箱地址（如 name@example.com）。"
     assert (await database_sync_to_async(Ask.objects.get)(pk=ask.id)).status == "pending"
 

@@ -269,7 +269,8 @@ def callback_response(outcome: Any) -> dict[str, Any]:
     desired = desired_variables(ask, message or CardMessage(card_reason=""))
     private: dict[str, str] = {NOTICE: cards.notice(outcome.reason, outcome.notice)}
     respondent = outcome.respondent
-    if ask.target_type != Ask.Target.NONE and outcome.kind in ("recorded", "duplicate") and respondent is not None:
+    counted = outcome.kind in (cards.ClickKind.RECORDED, cards.ClickKind.DUPLICATE)
+    if ask.target_type != Ask.Target.NONE and counted and respondent is not None:
         private.update(cards.respondent_view(respondent.status, submission_of(respondent)))
     reply: dict[str, Any] = {
         "cardUpdateOptions": {"updateCardDataByKey": True, "updatePrivateDataByKey": True},
