@@ -73,14 +73,15 @@ def _history_add(username: str, ask_id: str) -> dict | None:
 
 
 @pooled
-def _answer(username: str, ask_id: str, answers) -> services.AnswerOutcome | str | None:
+def _answer(username: str, ask_id: str, answers) -> services.AnswerOutcome | None:
     """Answer one of this user's question asks; None when it is not theirs (or does not exist),
-    an error text when it is a DingTalk form (answered by ``dingtalk_form_result``)."""
+    refused as invalid when it is a DingTalk form (answered by ``dingtalk_form_result``)."""
     ask = selectors.panel_ask(username=username, ask_id=ask_id)
     if ask is None:
         return None
     if ask.tool == dt.NAME:
-        return "invalid: this ask is a DingTalk form; answer it with dingtalk_form_result"
+        return services.AnswerOutcome(False, ask, services.AnswerRefusal.INVALID,
+                                      "this ask is a DingTalk form; answer it with dingtalk_form_result")
     return services.ask_answer(ask_id=ask_id, ask=ask, answers=answers, surface="web")
 
 
@@ -258,7 +259,8 @@ class PanelConsumer(AsyncJsonWebsocketConsumer):
             # After requestId, so the refusal is an ack the panel can match to its form.
             jsonlimits.check_text(content, "message")
         except jsonlimits.JSONRefused as exc:
-            await self.send_json({"type": ack, "requestId": request_id, "ok": False, "error": f"invalid: {exc}"})
+            error = web.refusal_error(services.AnswerRefusal.INVALID, str(exc))
+            await self.send_json({"type": ack, "requestId": request_id, "ok": False, "error": error})
             return
         if kind == "dingtalk_form_result":
             await self._receive_form(request_id, content)
@@ -266,14 +268,12 @@ class PanelConsumer(AsyncJsonWebsocketConsumer):
         outcome = await _answer(self.username, request_id, content.get("answers"))
         if outcome is None:
             # Not this user's ask (or no such ask): same answer either way, nothing changes.
-            await self.send_json({"type": ack, "requestId": request_id, "ok": False, "error": "not_found"})
-            return
-        if isinstance(outcome, str):
-            await self.send_json({"type": ack, "requestId": request_id, "ok": False, "error": outcome})
+            error = web.refusal_error(services.PanelRefusal.NOT_FOUND)
+            await self.send_json({"type": ack, "requestId": request_id, "ok": False, "error": error})
             return
         reply = {"type": ack, "requestId": request_id, "ok": outcome.accepted}
-        if not outcome.accepted:
-            reply["error"] = outcome.error
+        if outcome.reason is not None:
+            reply["error"] = web.refusal_error(outcome.reason, outcome.detail)
         await self.send_json(reply)
 
     async def _receive_form(self, request_id: str, content: dict) -> None:
@@ -282,8 +282,8 @@ class PanelConsumer(AsyncJsonWebsocketConsumer):
         [error, field], [status, surface, answers]}`` (the panel user's response as recorded)."""
         outcome = await _answer_form(self.username, request_id, content.get("action", "submit"), content.get("form"))
         reply = {"type": "dingtalk_form_ack", "requestId": request_id, "ok": outcome.ok}
-        if not outcome.ok:
-            reply["error"] = outcome.error
+        if outcome.reason is not None:
+            reply["error"] = web.refusal_error(outcome.reason, outcome.detail)
             if outcome.field:
                 reply["field"] = outcome.field
         if outcome.respondent is not None and outcome.ask is not None:

@@ -39,3 +39,33 @@ def test_a_configured_surface_that_is_not_a_surface_is_refused(settings, db):
     settings.ASKCARDS_SURFACES = ["tests.test_surfaces.NotASurface"]
     with pytest.raises(TypeError, match="NotASurface .* must subclass askcards.surfaces.base.Surface"):
         surfaces.all_surfaces()
+
+
+class OtherFeishu(Surface):
+    """A configured surface standing in for Feishu's: the registry gives it for Feishu bots."""
+
+    name = "other-feishu"
+    platform = "feishu"
+
+    def client(self, bot, *, timeout: float, max_attempts: int, backoff: float):
+        return ("other-feishu", bot.app_id, timeout, max_attempts, backoff)
+
+
+def test_a_bots_platform_client_comes_from_the_surface_registry(settings, db):
+    from askcards.models import Bot
+    from askcards.surfaces.dingtalk.client import DingTalkClient
+    from askcards.surfaces.feishu.client import FeishuClient
+
+    settings.ASKCARDS_SURFACES = ["tests.test_surfaces.ReachOnly"]  # a platform left out still has its client
+    feishu = Bot(platform="feishu", app_id="cli_x", app_secret="s", base_url="https://open.feishu.cn")
+    dingtalk = Bot(platform="dingtalk", app_id="ding_x", app_secret="s", base_url="https://api.dingtalk.com")
+    assert isinstance(surfaces.for_platform("feishu").client(feishu, timeout=1, max_attempts=2, backoff=0.2),
+                      FeishuClient)
+    assert isinstance(surfaces.for_platform("dingtalk").client(dingtalk, timeout=1, max_attempts=2, backoff=0.2),
+                      DingTalkClient)
+    with pytest.raises(LookupError, match="no surface serves platform 'web'"):
+        surfaces.for_platform("web")
+
+    settings.ASKCARDS_SURFACES = ["tests.test_surfaces.OtherFeishu"]  # the configured surface comes first
+    assert surfaces.for_platform("feishu").client(feishu, timeout=1, max_attempts=2, backoff=0.2) == (
+        "other-feishu", "cli_x", 1, 2, 0.2)

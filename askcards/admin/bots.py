@@ -9,11 +9,14 @@ from django.db import models
 from django.http import HttpRequest
 
 from .. import services
+from ..errors import InvalidInput
 from ..models import Bot
 from .common import OperatorTimeZoneMedia, url_scheme_formfield
 
 
 SECRET_FIELDS = ("app_secret", "verification_token", "encrypt_key", "api_secret")
+# What a change may write: the bot's options and secrets (its platform and app id identify it).
+BOT_COLUMNS = ("name", "base_url", "template_id", "callback_mode", "is_active", *SECRET_FIELDS)
 PLATFORM_SECRETS: dict[str, tuple[str, ...]] = {
     Bot.Platform.FEISHU: ("app_secret", "verification_token", "encrypt_key"),
     Bot.Platform.DINGTALK: ("app_secret", "api_secret"),
@@ -32,6 +35,8 @@ def _secret_field(label: str, help_text: str) -> forms.CharField:
 
 class BotForm(forms.ModelForm):
     """Secrets are write-only: never rendered, a blank field keeps the stored value."""
+
+    bot_changes: dict[str, Any]  # a change's fields and new values, checked by the service (clean)
 
     app_secret = _secret_field("App secret / client secret", "Feishu app_secret or DingTalk client secret.")
     verification_token = _secret_field("Verification token", "Feishu only.")
@@ -89,6 +94,17 @@ class BotForm(forms.ModelForm):
                 cleaned[name] = ""
             elif not cleaned.get(name) and self.instance.pk is not None:
                 cleaned[name] = getattr(self.instance, name)
+        if self.instance.pk is not None and not self.errors:
+            # A change is written by services.bot_update (BotAdmin.save_model): what it would
+            # refuse is shown here, on the form, and nothing is saved.
+            self.bot_changes = {
+                name: cleaned[name] for name in BOT_COLUMNS
+                if name in self.fields and name in cleaned and cleaned[name] != getattr(self.instance, name)
+            }
+            try:
+                services.bot_update_check(bot=self.instance, **self.bot_changes)
+            except InvalidInput as exc:
+                raise forms.ValidationError(exc.message) from None
         return cleaned
 
 
@@ -113,8 +129,9 @@ class BotAdmin(admin.ModelAdmin):
         return fields
 
     def get_readonly_fields(self, request: HttpRequest, obj: Bot | None = None) -> tuple[str, ...]:
-        # The platform decides which secrets mean what; changing it is adding another bot.
-        return (*self.readonly_fields, "platform") if obj is not None else ()
+        # The platform decides which secrets mean what, and the two name the bot (its callback
+        # URLs, askcards_bot update <platform> <app id>): changing them is adding another bot.
+        return (*self.readonly_fields, "platform", "app_id") if obj is not None else ()
 
     @admin.display(description="secrets")
     def secrets(self, bot: Bot) -> str:
@@ -123,7 +140,11 @@ class BotAdmin(admin.ModelAdmin):
 
     def save_model(self, request: HttpRequest, obj: Bot, form: forms.ModelForm, change: bool) -> None:
         if change:
-            obj.save()
+            # The form wrote its values onto ``obj``; the service compares the stored bot with the
+            # changes BotForm.clean checked, writes only those and logs them.
+            assert isinstance(form, BotForm)
+            obj.refresh_from_db()
+            services.bot_update(bot=obj, **form.bot_changes)
             return
         data = form.cleaned_data
         created = services.bot_add(

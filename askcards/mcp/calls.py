@@ -22,6 +22,7 @@ from askcards.db import in_pool
 from askcards.errors import AskcardsError, QuotaExceeded
 from askcards.hosts import prompt_tool
 from askcards.models import Ask
+from askcards.surfaces import web
 from askcards.tools.host_prompts import HostEventError
 
 from . import apps, results
@@ -279,12 +280,12 @@ def call_app_tool(caller: Caller, name: str, arguments: Any) -> types.CallToolRe
                                            ask_id=arguments.get("askId"), answers=arguments.get("answers"))
     except AskcardsError as exc:
         return apps.tool_error(exc.message)
-    if outcome.error.startswith("invalid"):
-        return apps.tool_error(outcome.error)  # "invalid: <what is wrong>", as the panel is told
+    if outcome.reason is services.AnswerRefusal.INVALID:  # "invalid: <what is wrong>", as the panel is told
+        return apps.tool_error(web.refusal_error(outcome.reason, outcome.detail))
     ask = outcome.ask
     structured = {"accepted": outcome.accepted, "status": ask.status, "reason": ask.reason or None}
-    if outcome.error:
-        structured["error"] = outcome.error
+    if outcome.reason is not None:
+        structured["error"] = web.refusal_error(outcome.reason, outcome.detail)
     text = f"ask {ask.id} answered" if outcome.accepted else f"ask {ask.id} was not open: {ask.status} ({ask.reason})"
     return apps.tool_result(text, structured)
 

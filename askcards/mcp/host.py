@@ -96,8 +96,8 @@ def take_response(agent: Agent, message: Mapping[str, Any]) -> Refused | None:
     except NotFound:  # signed for an ask since deleted
         logger.info("ask %s: a host response for an ask that is gone, ignored", ask_id)
         return None
-    if response.why.startswith("invalid"):
-        logger.info("ask %s: the host's form content does not answer it (%s); asking again", ask_id, response.why)
+    if response.reason is services.HostRefusal.INVALID:
+        logger.info("ask %s: the host's form content does not answer it (%s); asking again", ask_id, response.detail)
         events.publish([(events.ask_key(ask_id), {"type": ASK_AGAIN})])
     elif not response.taken:
         logger.info("ask %s: the host's response came after it ended (%s), nothing changed", ask_id,

@@ -97,7 +97,8 @@ def host_answered(caller: Caller, ask: Ask, response: Any) -> None:
         return
     outcome = services.host_respond(agent=caller.agent, ask_id=ask.id, action=result.action, content=result.content)
     if not outcome.taken:
-        logger.info("ask %s: the host's response not taken (%s)", ask.id, outcome.why)
+        reason = outcome.reason.value if outcome.reason is not None else ""
+        logger.info("ask %s: the host's response not taken (%s) %s", ask.id, reason, outcome.detail)
 
 
 async def tasks_result(ctx: ServerRequestContext[Any, Any], params: types.GetTaskPayloadRequestParams) -> dict[str, Any]:

@@ -35,6 +35,7 @@ from .agents import (
     bot_remove,
     bot_test,
     bot_update,
+    bot_update_check,
     bot_warnings,
     events_acknowledge,
     events_retry,
@@ -42,6 +43,7 @@ from .agents import (
 from .asks import (
     SYSTEM,
     AnswerOutcome,
+    AnswerRefusal,
     ask_activate,
     ask_answer,
     ask_cancel,
@@ -54,7 +56,17 @@ from .asks import (
     expire_due,
     purge_answers,
 )
-from .dingtalk import DINGTALK_SURFACE, ClickResult, PanelAnswer, dingtalk_callback, dingtalk_click, dingtalk_panel_answer
+from .dingtalk import (
+    DINGTALK_SURFACE,
+    ClickKind,
+    ClickRefusal,
+    ClickResult,
+    PanelAnswer,
+    PanelRefusal,
+    dingtalk_callback,
+    dingtalk_click,
+    dingtalk_panel_answer,
+)
 from .grants import session_check_bot
 from .feishu import feishu_callback
 from .feishu_progress import card_delivery_failed, card_touch, progress_put, session_cancel_request
@@ -71,7 +83,7 @@ from .sessions import (
     session_upsert,
 )
 from .host_app import HOST_APP_SURFACE, host_app_answer, host_app_ask, host_app_view
-from .host_surface import HOST_SURFACE, HostResponse, host_ask, host_respond
+from .host_surface import HOST_SURFACE, HostRefusal, HostResponse, host_ask, host_respond
 from .hosts import NO_DECISION, host_left, host_progress, host_prompt, host_reply
 from .waiters import (
     WAITER_REFRESH_SECONDS,
@@ -85,16 +97,16 @@ from .tool_calls import DEFAULT_TIMEOUT_SECONDS, MAX_TIMEOUT_SECONDS, ToolCallOu
 
 __all__ = [
     "BOT_BASE_URLS", "CALLBACK_RECEIPT_TTL", "DEFAULT_TIMEOUT_SECONDS", "DINGTALK_SURFACE", "MAX_TIMEOUT_SECONDS",
-    "SYSTEM", "AnswerOutcome", "PruneReport", "asks_prune", "audit_prune", "outbox_prune", "receipts_prune", "ClickResult", "ToolCallOutcome", "agent_bot_grant", "agent_bot_revoke", "agent_bots_set", "agent_create", "agent_grant", "agent_grants_set",
+    "SYSTEM", "AnswerOutcome", "AnswerRefusal", "PruneReport", "asks_prune", "audit_prune", "outbox_prune", "receipts_prune", "ClickKind", "ClickRefusal", "ClickResult", "ToolCallOutcome", "agent_bot_grant", "agent_bot_revoke", "agent_bots_set", "agent_create", "agent_grant", "agent_grants_set",
     "agent_recover", "agent_revoke", "agent_rotate_key", "agent_webhook_url_check", "ask_activate", "ask_answer",
     "ask_cancel", "ask_click_rejected", "ask_expire", "ask_invalidate", "ask_result_returned",
-    "ask_result_undeliverable", "ask_results_delivered", "bot_add", "bot_find", "bot_get", "bot_remove", "bot_test", "bot_update", "bot_warnings",
+    "ask_result_undeliverable", "ask_results_delivered", "bot_add", "bot_find", "bot_get", "bot_remove", "bot_test", "bot_update", "bot_update_check", "bot_warnings",
     "BotCheck", "BotRemoval", "callback_receipt", "card_delivery_failed", "card_touch",
-    "dingtalk_callback", "feishu_callback", "dingtalk_click", "dingtalk_panel_answer", "PanelAnswer",
+    "dingtalk_callback", "feishu_callback", "dingtalk_click", "dingtalk_panel_answer", "PanelAnswer", "PanelRefusal",
     "events_acknowledge", "events_retry", "expire_due", "infer_platform", "progress_put", "purge_answers", "parked_wait", "quota_check_ask", "quota_check_parked", "QUOTAS", "agent_quotas_set", "quota_limit",
     "session_bot", "session_cancel_request", "session_check_bot", "session_check_web_user", "session_message", "session_recover",
     "session_upsert", "tool_call", "NO_DECISION", "host_progress", "host_left", "host_prompt", "host_reply",
     "HOST_APP_SURFACE", "host_app_answer", "host_app_ask", "host_app_view",
-    "HOST_SURFACE", "HostResponse", "host_ask", "host_respond",
+    "HOST_SURFACE", "HostRefusal", "HostResponse", "host_ask", "host_respond",
     "WAITER_REFRESH_SECONDS", "caller_left", "caller_polled", "waiter_parked", "waiters_alive", "waits_lapsed",
 ]

@@ -1,6 +1,7 @@
 """Agents (keys, grants, webhooks, their event feed) and the platform bots."""
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -12,12 +13,12 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, models, transaction
 from django.db.models import ProtectedError
 
-from askcards import crypto, outbox
+from askcards import crypto, outbox, surfaces
 from askcards.http import jsonlimits, netguard
 from askcards.errors import InvalidInput, NotFound
 from askcards.models import Agent, Ask, Bot, Session
-from askcards.surfaces.dingtalk.client import DingTalkClient, DingTalkError
-from askcards.surfaces.feishu.client import FeishuClient, FeishuError
+from askcards.surfaces.dingtalk.client import DingTalkError
+from askcards.surfaces.feishu.client import FeishuError
 from askcards.surfaces.http import PlatformError
 
 from .asks import ask_results_delivered
@@ -236,11 +237,11 @@ def bot_get(*, platform: str, app_id: str) -> Bot:
     return bot
 
 
-def bot_update(*, bot: Bot, **changes: str | bool | None) -> list[str]:
-    """Change a bot's options and secrets; a value of None keeps the field, "" clears it (the app
-    secret cannot be cleared). Returns the names of the fields that changed. InvalidInput, and
-    nothing saved, for a field the platform does not use, a value too long for its column, or an
-    invalid base URL or callback mode."""
+def bot_update_check(*, bot: Bot, **changes: str | bool | None) -> dict[str, str | bool]:
+    """What ``bot_update`` would write, without writing it: the changed fields and their new
+    values ({} when nothing changes). InvalidInput for what it refuses: a field the platform does
+    not use, a blank app secret, a value too long for its column, an invalid base URL or callback
+    mode. ``bot`` is left as it was (a form checks its input with this before saving)."""
     allowed = BOT_OPTIONS[bot.platform] | {"app_secret"}
     wrong = sorted(name for name, value in changes.items() if value is not None and name not in allowed)
     if wrong:
@@ -249,20 +250,33 @@ def bot_update(*, bot: Bot, **changes: str | bool | None) -> list[str]:
     if "app_secret" in wanted and not str(wanted["app_secret"]).strip():
         raise InvalidInput("the app secret cannot be cleared; give the new one")
     _check_columns(Bot, **wanted)
-    changed = [name for name, value in wanted.items() if getattr(bot, name) != value]
-    for name in changed:
-        setattr(bot, name, wanted[name])
+    changed = {name: value for name, value in wanted.items() if getattr(bot, name) != value}
+    if not changed:
+        return {}
+    candidate = copy.copy(bot)  # the bot as it would be, validated by the model's own rules
+    candidate._state = copy.copy(bot._state)
+    for name, value in changed.items():
+        setattr(candidate, name, value)
+    try:
+        candidate.full_clean(validate_unique=False)
+    except ValidationError as exc:
+        raise InvalidInput("; ".join(f"{name}: {' '.join(errors)}" for name, errors in exc.message_dict.items())) from None
+    return changed
+
+
+def bot_update(*, bot: Bot, **changes: str | bool | None) -> list[str]:
+    """Change a bot's options and secrets; a value of None keeps the field, "" clears it (the app
+    secret cannot be cleared). Returns the names of the fields that changed. InvalidInput, and
+    nothing saved, for what ``bot_update_check`` refuses."""
+    changed = bot_update_check(bot=bot, **changes)
     if not changed:
         return []
-    try:
-        bot.full_clean(validate_unique=False)
-    except ValidationError as exc:
-        bot.refresh_from_db()  # the caller's instance must not keep values that were refused
-        raise InvalidInput("; ".join(f"{name}: {' '.join(errors)}" for name, errors in exc.message_dict.items())) from None
-    bot.save(update_fields=changed)
+    for name, value in changed.items():
+        setattr(bot, name, value)
+    bot.save(update_fields=list(changed))
     # Which fields, never their values: a secret in a log line is a leaked secret.
     logger.info("%s bot %s updated: %s", bot.platform, bot.app_id, ", ".join(sorted(changed)))
-    return changed
+    return list(changed)
 
 
 @dataclass(frozen=True)
@@ -330,13 +344,7 @@ def bot_test(*, bot: Bot, timeout: float = 5.0) -> BotCheck:
     token is not used: it would hide a secret changed since). Never raises for a platform
     failure: the result says what failed. Nothing secret is put in the message."""
     where = bot.base_url
-    client: FeishuClient | DingTalkClient
-    if bot.platform == Bot.Platform.FEISHU:
-        client = FeishuClient(bot.app_id, bot.app_secret, bot.base_url, timeout=timeout, max_attempts=2,
-                              backoff=0.2)
-    else:
-        client = DingTalkClient(bot.app_id, bot.app_secret, bot.base_url, timeout=timeout, max_attempts=2,
-                                backoff=0.2)
+    client = surfaces.for_platform(bot.platform).client(bot, timeout=timeout, max_attempts=2, backoff=0.2)
     warnings = bot_warnings(bot)
     if not bot.is_active:
         warnings.append(f"{bot.platform} bot {bot.app_id} is inactive: its callbacks are refused and no card is sent")

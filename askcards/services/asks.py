@@ -11,6 +11,7 @@ Nothing here names a tool: what an ask's result holds when it ends is the tool's
 """
 from __future__ import annotations
 
+import enum
 import logging
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -56,11 +57,20 @@ def ask_activate(*, ask: Ask) -> bool:
 # ---------------------------------------------------------------------------------------- answers
 
 
+class AnswerRefusal(enum.Enum):
+    """Why an answer was not accepted."""
+
+    NOT_PENDING = "not_pending"  # the ask ended before this answer (another one won, or it closed)
+    NOT_RESPONDENT = "not_respondent"  # the answer is not its owner's
+    INVALID = "invalid"  # the answers do not fit the ask (``detail`` says how); nothing changed
+
+
 @dataclass
 class AnswerOutcome:
     accepted: bool
     ask: Ask
-    error: str = ""  # why it was not accepted: "not_pending", "not_respondent", "invalid"
+    reason: AnswerRefusal | None = None  # why it was not accepted; None when it was
+    detail: str = ""  # what is wrong with an INVALID answer, as the person reads it
     # What the person reads when the form's own rules refused the answer (tools.AnswerRefused):
     # a Feishu card's toast says it; "" for any other refusal.
     notice: str = ""
@@ -78,9 +88,9 @@ def ask_answer(
 
     ``answers`` is what the surface submitted, checked by the ask's tool (``check_answers``; the
     question tool takes the seed's list of ``{question, selectedLabels, customInput}``). Invalid
-    answers raise nothing: they return ``accepted=False, error="invalid: …"`` so surfaces can tell
-    the person. ``respondent_id`` (when given) must be the ask's owner; surfaces that authorise
-    otherwise (a logged-in panel user) pass None. ``ask`` (optional) is the row the caller just
+    answers raise nothing: they return ``accepted=False, reason=INVALID`` and the ``detail``
+    surfaces tell the person. ``respondent_id`` (when given) must be the ask's owner; surfaces
+    that authorise otherwise (a logged-in panel user) pass None. ``ask`` (optional) is the row the caller just
     read, with ``session`` loaded; only its id and unchanging fields are relied on.
     """
     if ask is None or ask.pk != ask_id:  # a caller that just read the ask may hand it over
@@ -91,15 +101,15 @@ def ask_answer(
     owner_key = ask.sender_id.casefold()
     if respondent_id is not None and respondent_id.casefold() != owner_key:
         audit_ignored(ask, "not_respondent", actor, surface)
-        return AnswerOutcome(False, ask, "not_respondent")
+        return AnswerOutcome(False, ask, AnswerRefusal.NOT_RESPONDENT)
     try:
         jsonlimits.check_text(answers, "answers")  # every surface's answers: the panel's, Feishu's
         normalised = tool.check_answers(ask.questions or [], answers)
     except tools.AnswerRefused as refused:
         audit_ignored(ask, "invalid", actor, surface)
-        return AnswerOutcome(False, ask, f"invalid: {refused}", notice=str(refused))
+        return AnswerOutcome(False, ask, AnswerRefusal.INVALID, str(refused), notice=str(refused))
     except ValueError as exc:  # JSONRefused too
-        return AnswerOutcome(False, ask, f"invalid: {exc}")
+        return AnswerOutcome(False, ask, AnswerRefusal.INVALID, str(exc))
     won = close(
         ask,
         (Ask.Status.PENDING,),
@@ -111,7 +121,7 @@ def ask_answer(
         respondent=(owner_key, Respondent.Status.SUBMITTED, normalised),
     )
     if not won:
-        return AnswerOutcome(False, ask, "not_pending")
+        return AnswerOutcome(False, ask, AnswerRefusal.NOT_PENDING)
     return AnswerOutcome(True, ask)
 
 

@@ -6,6 +6,7 @@ hooks. Non-blocking: the outcome reaches the agent as the ask.closed event's ``m
 """
 from __future__ import annotations
 
+import enum
 import logging
 from dataclasses import dataclass
 from functools import partial
@@ -19,6 +20,8 @@ from askcards import outbox, selectors, surfaces
 from askcards.models import Agent, Ask, AskEvent, Bot, OutboxEvent, Respondent, Session
 from askcards.surfaces.dingtalk import surface as dingtalk_surface
 from askcards.surfaces.dingtalk.callbacks import CardCallback, ReplayedCallback
+from askcards.surfaces.dingtalk.cards import ClickKind as ClickKind  # re-exported: ClickResult.kind
+from askcards.surfaces.dingtalk.cards import ClickRefusal as ClickRefusal  # re-exported: ClickResult.reason
 from askcards.tools import Closing, Response
 from askcards.tools import dingtalk_ask_user_question as dingtalk_tool
 
@@ -102,15 +105,14 @@ def dingtalk_callback(*, bot: Bot, click: CardCallback, receipt: str = "") -> Cl
 
 @dataclass
 class ClickResult:
-    """What a DingTalk card click did. ``kind``: recorded | duplicate | rejected; ``reason`` says
-    why a rejected click did not count (the surface tells the clicker): not_owner | not_respondent |
-    no_identity | invalid | closed | already; ``respondent`` is the clicker's row once they have
-    responded. An ``invalid`` submit carries what the person reads (``notice``, the tool's
+    """What a DingTalk card click did (``kind``); ``reason`` says why a rejected click did not
+    count (the surface tells the clicker); ``respondent`` is the clicker's row once they have
+    responded. An ``INVALID`` submit carries what the person reads (``notice``, the tool's
     ``FormRefused`` text) and the ``field`` it is about ("" for the form as a whole)."""
 
-    kind: str
+    kind: ClickKind
     ask: Ask
-    reason: str = ""
+    reason: ClickRefusal | None = None
     respondent: Respondent | None = None
     notice: str = ""
     field: str = ""
@@ -141,13 +143,13 @@ def dingtalk_click(
     clicker = next((r for r in respondents if user_id and r.respondent_key == user_id.strip().casefold()), None)
     if clicker is None:
         if not user_id.strip():
-            refused = "no_identity"
+            refused = ClickRefusal.NO_IDENTITY
         elif ask.target_type == Ask.Target.NONE:
-            refused = "not_owner"
+            refused = ClickRefusal.NOT_OWNER
         else:
-            refused = "not_respondent"
+            refused = ClickRefusal.NOT_RESPONDENT
         audit_ignored(ask, "not_respondent", actor, surface)
-        return ClickResult("rejected", ask, refused)
+        return ClickResult(ClickKind.REJECTED, ask, refused)
 
     checked = dingtalk_tool.CheckedForm({})
     if action == "submit":
@@ -177,7 +179,7 @@ def dingtalk_click(
             ask_expire(ask=ask)
             audit_ignored(ask, f"late/{row_status}", actor, surface)
             ask.refresh_from_db()
-            return ClickResult("rejected", ask, "closed")
+            return ClickResult(ClickKind.REJECTED, ask, ClickRefusal.CLOSED)
         reasons = {Respondent.Status.CANCELLED: Ask.Reason.BY_RESPONDENT, Respondent.Status.EMPTY: Ask.Reason.EMPTY}
         reason = reasons.get(row_status, Ask.Reason.SUBMITTED)
         status = Ask.Status.CANCELLED if action == "cancel" else Ask.Status.ANSWERED
@@ -224,13 +226,13 @@ def _form_refused(ask: Ask, clicker: Respondent, refused: dingtalk_tool.FormRefu
     respondent who already responded, is told so whatever was sent."""
     if ask.status != Ask.Status.PENDING:
         audit_ignored(ask, "closed/invalid", actor, surface)
-        return ClickResult("rejected", ask, "closed")
+        return ClickResult(ClickKind.REJECTED, ask, ClickRefusal.CLOSED)
     if clicker.status != Respondent.Status.PENDING:
         audit_ignored(ask, "again/invalid", actor, surface)
-        return ClickResult("rejected", ask, "already", clicker)
+        return ClickResult(ClickKind.REJECTED, ask, ClickRefusal.ALREADY, clicker)
     logger.warning("dingtalk submit for ask %s refused: %s", ask.id, refused.field[:64] or "the form as a whole")
     audit_ignored(ask, "invalid", actor, surface)
-    return ClickResult("rejected", ask, "invalid", notice=str(refused), field=refused.field)
+    return ClickResult(ClickKind.REJECTED, ask, ClickRefusal.INVALID, notice=str(refused), field=refused.field)
 
 
 def _click_result(
@@ -252,7 +254,7 @@ def _click_outcome(
     targeted one is audited here (one audit row per ignored click either way)."""
     row = Respondent.objects.get(pk=clicker.pk)
     if won:
-        return ClickResult("recorded", ask, "", row)
+        return ClickResult(ClickKind.RECORDED, ask, None, row)
     ask.refresh_from_db()  # whoever won: the reply shows the card as it is now
     targeted = ask.target_type != Ask.Target.NONE
     actor = f"respondent:{clicker.respondent_id}"
@@ -260,25 +262,34 @@ def _click_outcome(
         # The same response again (a double click, a platform re-delivery): same reply, no change.
         if targeted:
             audit_ignored(ask, f"duplicate/{row_status}", actor, surface)
-        return ClickResult("duplicate", ask, "", row)
+        return ClickResult(ClickKind.DUPLICATE, ask, None, row)
     if targeted:
         responded = row.status not in (Respondent.Status.PENDING, Respondent.Status.MISSING)
         audit_ignored(ask, f"{'again' if responded else 'closed'}/{row_status}", actor, surface)
         if responded:
-            return ClickResult("rejected", ask, "already", row)
-    return ClickResult("rejected", ask, "closed")
+            return ClickResult(ClickKind.REJECTED, ask, ClickRefusal.ALREADY, row)
+    return ClickResult(ClickKind.REJECTED, ask, ClickRefusal.CLOSED)
+
+
+class PanelRefusal(enum.Enum):
+    """Why a DingTalk form answered on the web panel did not count."""
+
+    NOT_FOUND = "not_found"  # not an ask this panel may answer
+    NOT_RESPONDENT = "not_respondent"  # the panel's user is not one of its respondents
+    NOT_PENDING = "not_pending"  # the ask ended before this answer
+    ALREADY = "already"  # they responded before
+    INVALID = "invalid"  # what the card's form would refuse (``detail`` says what, ``field`` where)
 
 
 @dataclass
 class PanelAnswer:
-    """What a DingTalk form answered on the web panel did. ``error`` (when not ``ok``):
-    ``not_found`` (not an ask this panel may answer) | ``not_respondent`` | ``not_pending`` |
-    ``already`` (they responded before) | ``invalid: <what the person reads>``, with ``field``
-    naming the field it is about."""
+    """What a DingTalk form answered on the web panel did. When not ``ok``, ``reason`` says why;
+    an ``INVALID`` one carries what the person reads (``detail``) and the ``field`` it is about."""
 
     ok: bool
     ask: Ask | None
-    error: str = ""
+    reason: PanelRefusal | None = None
+    detail: str = ""
     field: str = ""
     respondent: Respondent | None = None
 
@@ -294,23 +305,23 @@ def dingtalk_panel_answer(*, username: str, ask_id: str, action: str, form: Any)
     """
     ask = selectors.panel_ask(username=username, ask_id=ask_id)
     if ask is None or ask.tool != dingtalk_tool.NAME or "web" not in ask.surfaces:
-        return PanelAnswer(False, None, "not_found")
+        return PanelAnswer(False, None, PanelRefusal.NOT_FOUND)
     if action not in ("submit", "cancel"):
-        return PanelAnswer(False, ask, "invalid: 未知的操作，应为提交或取消。")
+        return PanelAnswer(False, ask, PanelRefusal.INVALID, "未知的操作，应为提交或取消。")
     row = selectors.panel_respondent(ask)
     if row is None:
         audit_ignored(ask, "not_respondent", f"respondent:{selectors.panel_identity(ask.session)}", WEB_SURFACE)
-        return PanelAnswer(False, ask, "not_respondent")
+        return PanelAnswer(False, ask, PanelRefusal.NOT_RESPONDENT)
     if action == "submit":
         try:
             jsonlimits.check_text(form, "form")
         except jsonlimits.JSONRefused as exc:  # text the database would refuse
-            return PanelAnswer(False, ask, f"invalid: {exc}")
+            return PanelAnswer(False, ask, PanelRefusal.INVALID, str(exc))
     click = dingtalk_click(ask=ask, user_id=row.respondent_id, action=action, form=form if action == "submit" else {},
                            surface=WEB_SURFACE)
-    if click.kind in ("recorded", "duplicate"):
+    if click.kind in (ClickKind.RECORDED, ClickKind.DUPLICATE):
         return PanelAnswer(True, click.ask, respondent=click.respondent)
-    if click.reason == "invalid":
-        return PanelAnswer(False, click.ask, f"invalid: {click.notice}", click.field)
-    return PanelAnswer(False, click.ask, "already" if click.reason == "already" else "not_pending",
-                       respondent=click.respondent)
+    if click.reason is ClickRefusal.INVALID:
+        return PanelAnswer(False, click.ask, PanelRefusal.INVALID, click.notice, click.field)
+    why = PanelRefusal.ALREADY if click.reason is ClickRefusal.ALREADY else PanelRefusal.NOT_PENDING
+    return PanelAnswer(False, click.ask, why, respondent=click.respondent)

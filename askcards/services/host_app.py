@@ -75,4 +75,4 @@ def host_app_answer(*, agent: Agent, session: Session, ask_id: Any, answers: Any
         raise NotFound(f"no ask {ask_id} of this agent in this session")
     outcome = ask_answer(ask_id=ask.id, answers=answers, surface=HOST_APP_SURFACE, ask=ask)
     ask.refresh_from_db()
-    return AnswerOutcome(outcome.accepted, ask, outcome.error)
+    return AnswerOutcome(outcome.accepted, ask, outcome.reason, outcome.detail)

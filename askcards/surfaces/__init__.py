@@ -9,6 +9,9 @@ functions below, which call one hook on every surface concerned:
 - ``run_hook("show" | "withdraw")`` — after that transaction commits;
 - ``sync_due`` — the worker's card-sync lane;
 - ``result_undeliverable`` — the ask's result never reached its agent.
+
+``for_platform`` gives the surface of a bot's platform (its ``client``, for services that talk to
+the platform outside an ask, as ``bot_test`` does).
 """
 from __future__ import annotations
 
@@ -20,13 +23,14 @@ from typing import TYPE_CHECKING
 from django.conf import settings
 from django.utils.module_loading import import_string
 
-from .base import DeliveryFailed, Surface, SyncReport
+from .base import DeliveryFailed, PlatformClient, Surface, SyncReport
 
 if TYPE_CHECKING:
     from askcards.models import Ask, Session
 
 __all__ = [
-    "DeliveryFailed", "Surface", "all_surfaces", "by_name", "mark_changed", "reachable_surfaces",
+    "DeliveryFailed", "PlatformClient", "Surface", "all_surfaces", "by_name", "for_platform", "mark_changed",
+    "reachable_surfaces",
     "result_undeliverable", "run_hook", "sync_due", "SyncReport",
 ]
 
@@ -53,6 +57,24 @@ def reachable_surfaces(session: Session, tool: str) -> list[Surface]:
     if not reached:
         return []
     return [surface for surface in all_surfaces() if surface in reached or surface.accompanies(session, tool)]
+
+
+# The built-in surface of each platform a bot can belong to: a bot of a platform whose surface
+# ASKCARDS_SURFACES leaves out still has a client (its credentials can be tested).
+PLATFORM_SURFACES = (
+    "askcards.surfaces.feishu.surface.FeishuSurface",
+    "askcards.surfaces.dingtalk.surface.DingTalkSurface",
+)
+
+
+def for_platform(platform: str) -> Surface:
+    """The surface whose cards go through bots of ``platform`` (a ``Bot.Platform``): the configured
+    one (ASKCARDS_SURFACES) when there is one, else the built-in one. LookupError for a platform no
+    surface serves."""
+    for surface in (*all_surfaces(), *_load(PLATFORM_SURFACES)):
+        if surface.platform and surface.platform == platform:
+            return surface
+    raise LookupError(f"no surface serves platform {platform!r}")
 
 
 def by_name(names: list[str]) -> list[Surface]:

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from askcards.models import Ask, Session
+    from askcards.models import Ask, Bot, Session
 
 
 # What a card or a list shows of a person's long answer is cut to fit and ends with this mark; the
@@ -48,6 +48,12 @@ class SyncReport:
     unsent_progress_cards: list[tuple[int, str]] = field(default_factory=list)
 
 
+class PlatformClient(Protocol):
+    """What every platform's client does, whatever else it does: get an access token."""
+
+    def fetch_token(self) -> str: ...
+
+
 class Surface:
     """One place an ask can be shown. ``name`` is stored in ``Ask.surfaces`` and in audit rows.
 
@@ -55,6 +61,12 @@ class Surface:
     surface that fails logs and leaves retries to the worker's card sync (``sync_due``)."""
 
     name: str
+    platform = ""  # the Bot.Platform whose bots carry this surface's cards ("" for none)
+
+    def client(self, bot: Bot, *, timeout: float, max_attempts: int, backoff: float) -> PlatformClient:
+        """A new client of the platform for ``bot`` (no connection or token reused), for a surface
+        with a ``platform``."""
+        raise NotImplementedError(f"surface {self.name} has no platform client")
 
     def reachable(self, session: Session, tool: str) -> bool:
         """Can this surface show this tool's ask to this session's person now? Decides

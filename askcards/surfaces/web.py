@@ -6,6 +6,7 @@ after ``PanelPresence.TTL``), so every process agrees on whether a panel is conn
 """
 from __future__ import annotations
 
+import enum
 import hashlib
 import json
 import logging
@@ -82,6 +83,17 @@ PANEL_PAGE_BYTES = 256 * 1024
 PANEL_FILL_SLACK = 10  # rows a fill reads beyond its room (asks that no longer wait are skipped)
 
 PLATFORM_NAMES = {"feishu": "飞书", "dingtalk": "钉钉", "wechat": "微信", "web": "网页"}
+
+
+INVALID = "invalid"  # the refusal whose wire form carries what the person reads
+
+
+def refusal_error(reason: enum.Enum, detail: str = "") -> str:
+    """The ``error`` a client reads when its answer was refused, built from the outcome's reason
+    (``services.AnswerRefusal``, ``PanelRefusal``, ``HostRefusal``) and its detail: the reason's
+    name (``not_found``, ``not_pending``, …), or ``invalid: <detail>`` for an answer that does not
+    fit the form. The panel socket's acks and the MCP App's tool errors are built here, alone."""
+    return f"{INVALID}: {detail}" if reason.value == INVALID else str(reason.value)
 
 
 def session_label(session: Session) -> str:

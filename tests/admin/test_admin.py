@@ -13,6 +13,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from askcards import crypto, services
+from askcards.errors import InvalidInput
 from askcards.models import Agent, Ask, AskEvent, Bot, CardMessage, OutboxEvent
 from tests.conftest import QUESTIONS, answer_for, grant_bot
 
@@ -325,6 +326,36 @@ def test_bot_change_clears_a_secret_on_request(admin_client, feishu_bot):
         admin_url("bot", "change", feishu_bot.pk), bot_form_data(feishu_bot, clear_secrets=["encrypt_key"])
     )
     assert Bot.objects.get(pk=feishu_bot.pk).encrypt_key == ""
+
+
+def test_bot_change_writes_through_the_service_and_is_logged_as_it_logs(admin_client, feishu_bot, caplog):
+    caplog.set_level("INFO", logger="askcards.services.agents")
+    response = admin_client.post(
+        admin_url("bot", "change", feishu_bot.pk),
+        bot_form_data(feishu_bot, name="renamed", app_id="cli_other", clear_secrets=["encrypt_key"]),
+    )
+    assert response.status_code == 302
+    bot = Bot.objects.get(pk=feishu_bot.pk)
+    # The app id names the bot (read-only on the change form); only the changed fields are written.
+    assert (bot.app_id, bot.name, bot.encrypt_key, bot.app_secret) == ("cli_a1b2c3", "renamed", "", "app-secret-PLAINTEXT-1")
+    assert [r.getMessage() for r in caplog.records if "updated" in r.getMessage()] == [
+        "feishu bot cli_a1b2c3 updated: encrypt_key, name"
+    ]
+
+
+def test_bot_change_the_service_refuses_shows_its_message_and_changes_nothing(admin_client, feishu_bot, caplog):
+    caplog.set_level("INFO", logger="askcards.services.agents")
+    with pytest.raises(InvalidInput) as refused:
+        services.bot_update_check(bot=feishu_bot, template_id="tpl_feishu")
+    response = admin_client.post(
+        admin_url("bot", "change", feishu_bot.pk), bot_form_data(feishu_bot, name="renamed", template_id="tpl_feishu")
+    )
+    assert response.status_code == 200
+    assert response.context["adminform"].form.non_field_errors() == [refused.value.message]
+    assert "a feishu bot has no template_id" in refused.value.message
+    bot = Bot.objects.get(pk=feishu_bot.pk)
+    assert (bot.name, bot.template_id) == ("", "")
+    assert not [r for r in caplog.records if "updated" in r.getMessage()]
 
 
 def test_bot_add_uses_platform_default_base_url(admin_client):

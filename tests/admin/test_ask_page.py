@@ -69,7 +69,7 @@ def collection(agent, dingtalk_session) -> Ask:
     )
     assert outcome.status == "pending"
     form = {"budget": 250, "env": {"index": 0, "value": "prod"}, "note": "ship it"}
-    assert services.dingtalk_click(ask=outcome.ask, user_id="u1", action="submit", form=form).kind == "recorded"
+    assert services.dingtalk_click(ask=outcome.ask, user_id="u1", action="submit", form=form).kind is services.ClickKind.RECORDED
     return outcome.ask
 
 

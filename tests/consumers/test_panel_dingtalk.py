@@ -454,7 +454,7 @@ async def test_a_form_is_never_closed_through_the_question_answer_message(world)
     assert (ack["ok"], ack["error"]) == (False, "invalid: this ask is a DingTalk form; answer it with dingtalk_form_result")
     # Nor by a caller of the seed's answer path handing it a form: only dingtalk_click closes it.
     outcome = await database_sync_to_async(services.ask_answer)(ask_id=ask.id, answers=VALID, surface="web")
-    assert not outcome.accepted and outcome.error.startswith("invalid:")
+    assert not outcome.accepted and outcome.reason is services.AnswerRefusal.INVALID
     assert (await _state(ask.id))[0].status == "pending"
     await panel.disconnect()
 

@@ -9,6 +9,7 @@ from askcards.surfaces.base import SHORTENED_MARK
 from askcards.surfaces.dingtalk.cards import (
     VALUE_MAX_BYTES,
     CardState,
+    ClickRefusal,
     card_variables,
     changed_variables,
     notice,
@@ -205,6 +206,6 @@ def test_selected_values_is_json_within_the_budget_keeping_short_values_whole(va
 def test_a_respondents_own_view_and_the_notice_stay_within_budget():
     view = respondent_view("submitted", Submission([{"question": "说明", "answer": "长" * 3000}], ["长" * 3000]))
     assert _fits(view["question_desc"]) and view["question_desc"].startswith("你已提交：长")
-    assert notice("invalid", "「" + "很长的标签" * 200 + "」应为文本。").startswith("提交未被记录：「很长的标签")
-    assert _fits(notice("invalid", "「" + "很长的标签" * 200 + "」应为文本。"))
-    assert (notice("", ""), notice("closed")) == ("", "问题已失效，提交未被记录。")
+    assert notice(ClickRefusal.INVALID, "「" + "很长的标签" * 200 + "」应为文本。").startswith("提交未被记录：「很长的标签")
+    assert _fits(notice(ClickRefusal.INVALID, "「" + "很长的标签" * 200 + "」应为文本。"))
+    assert (notice(None, ""), notice(ClickRefusal.CLOSED)) == ("", "问题已失效，提交未被记录。")

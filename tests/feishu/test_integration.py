@@ -330,7 +330,7 @@ def test_panel_and_card_first_answer_wins(agent, api, bot, feishu_surfaces, fake
     converge()
     assert forms(_shown_card(fake, _live(session))) == []
     assert services.ask_answer(ask_id=ask.id, answers=[
-        {"selectedLabels": ["SQLite"]}, {"selectedLabels": ["Web"]}], surface="web").error == "not_pending"
+        {"selectedLabels": ["SQLite"]}, {"selectedLabels": ["Web"]}], surface="web").reason is services.AnswerRefusal.NOT_PENDING
 
 
 # ------------------------------------------------------------------------- cancel, end, recover

@@ -73,7 +73,7 @@ async def _answer(ask, labels, custom=None):
     answers = [{"question": q["question"], "selectedLabels": labels[i] if i < len(labels) else [],
                 "customInput": custom if i == 0 else None} for i, q in enumerate(ask.questions)]
     outcome = await database_sync_to_async(services.ask_answer)(ask_id=ask.id, answers=answers, surface="web")
-    assert outcome.accepted, outcome.error
+    assert outcome.accepted, (outcome.reason, outcome.detail)
 
 
 async def _decided(key, event, labels, custom=None, path=SESSION_URL):
@@ -460,7 +460,7 @@ async def _elicited(key, labels, customs):
     answers = [{"question": q["question"], "selectedLabels": labels[i], "customInput": customs[i]}
                for i, q in enumerate(ask.questions)]
     outcome = await database_sync_to_async(services.ask_answer)(ask_id=ask.id, answers=answers, surface="web")
-    assert outcome.accepted, outcome.error
+    assert outcome.accepted, (outcome.reason, outcome.detail)
     response = await hook
     return ask, json.loads(response["body"])
 
@@ -586,7 +586,7 @@ async def test_on_dingtalk_someone_else_cannot_answer_a_host_prompt(present):
     ask = await _open_ask()
     click = await database_sync_to_async(services.dingtalk_click)(ask=ask, user_id="staff_b", action="submit",
                                                                   form={"q0": "o0"})
-    assert (click.kind, click.reason) == ("rejected", "not_owner")
+    assert (click.kind, click.reason) == (services.ClickKind.REJECTED, services.ClickRefusal.NOT_OWNER)
     assert dingtalk_cards.notice(click.reason) == "仅提问对象可以回答这张卡片。"
     assert (await database_sync_to_async(Ask.objects.get)(pk=ask.id)).status == "pending"
     click = await database_sync_to_async(services.dingtalk_click)(ask=ask, user_id="staff_a", action="submit",

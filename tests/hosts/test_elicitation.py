@@ -77,7 +77,8 @@ async def test_a_value_its_rules_refuse_is_refused_on_submit_and_the_ask_stays_o
     ask = await _open_ask()
 
     outcome = await _submit(ask, _answers(ask, texts))
-    assert (outcome.accepted, outcome.error, outcome.notice) == (False, f"invalid: {refused}", refused)
+    assert (outcome.accepted, outcome.reason, outcome.detail, outcome.notice) == (
+        False, services.AnswerRefusal.INVALID, refused, refused)
     assert (await database_sync_to_async(Ask.objects.get)(pk=ask.id)).status == "pending"
     ignored = await database_sync_to_async(
         lambda: AskEvent.objects.filter(ask_id=ask.id, kind="ignored").values_list("detail", flat=True).first())()
@@ -102,7 +103,7 @@ async def test_values_that_keep_their_rules_are_sent_typed(present):
         # The question says what its answer must be.
         assert "格式：邮箱地址" in ask.questions[0]["question"] or "格式：日期" in ask.questions[0]["question"]
         outcome = await _submit(ask, _answers(ask, texts))
-        assert outcome.accepted, outcome.error
+        assert outcome.accepted, (outcome.reason, outcome.detail)
         reply = json.loads((await hook)["body"])
         assert reply == {"hookSpecificOutput": {"hookEventName": "Elicitation", "action": "accept", "content": content}}
 
@@ -244,7 +245,8 @@ async def test_on_a_dingtalk_card_the_refusal_says_what_is_wrong(present):
 
     form = {"q0": "o0", "q0_other": "bob@example", "q1": "o1", "q2": "o1", "q3": "o0"}
     click = await _dingtalk_click(ask, form)
-    assert (click.kind, click.reason, click.notice) == ("rejected", "invalid", "「Email」应为邮箱地址（如 name@example.com）。")
+    assert (click.kind, click.reason, click.notice) == (
+        services.ClickKind.REJECTED, services.ClickRefusal.INVALID, "「Email」应为邮箱地址（如 name@example.com）。")
     assert dingtalk_cards.notice(click.reason, click.notice) == "提交未被记录：「Email」应为邮箱地址（如 name@example.com）。"
     assert (await database_sync_to_async(Ask.objects.get)(pk=ask.id)).status == "pending"
 

@@ -268,7 +268,7 @@ def dingtalk_setup(args) -> dict:
     due = asks["due"]
     for user in args.respondents[: args.early]:
         click = services.dingtalk_click(ask=due, user_id=user, action="submit", form={"note": f"early-{user}"})
-        if click.kind != "recorded":
+        if click.kind is not services.ClickKind.RECORDED:
             raise SystemExit(f"early response of {user} was {click.kind}")
     Ask.objects.filter(pk=due.pk).update(deadline=timezone.now() - timedelta(seconds=1))
     return {"agent_id": agent.id, "app_id": bot.app_id, "api_secret": API_SECRET,

@@ -298,7 +298,8 @@ def test_dingtalk_records_each_respondents_first_response_once(dingtalk_race, pg
         assert status == "submitted", user
         recorded = [form for form, notice in replies[user] if notice == ""]
         assert len(recorded) == 1 and value == recorded[0]["dish"]["value"], (user, value, replies[user])
-        assert sorted(n for _, n in replies[user] if n) == [cards.NOTICES["already"]] * (len(replies[user]) - 1)
+        already = cards.NOTICES[cards.ClickRefusal.ALREADY]
+        assert sorted(n for _, n in replies[user] if n) == [already] * (len(replies[user]) - 1)
     responded = pg_db.query(
         "SELECT count(*), count(DISTINCT actor) FROM askcards_askevent WHERE kind = 'responded' AND ask_id = %s", live
     )
@@ -346,7 +347,7 @@ def test_dingtalk_late_clicks_on_the_due_collection_are_refused_and_audited(ding
     from askcards.surfaces.dingtalk import cards
 
     setup, _, outputs = dingtalk_race
-    assert [_notice(reply) for reply in outputs[3]["replies"]] == [cards.NOTICES["closed"]] * 2
+    assert [_notice(reply) for reply in outputs[3]["replies"]] == [cards.NOTICES[cards.ClickRefusal.CLOSED]] * 2
     ignored = pg_db.query(
         "SELECT detail->>'attempted', count(*) FROM askcards_askevent WHERE kind = 'ignored' AND ask_id = %s GROUP BY 1",
         setup["asks"]["due"],

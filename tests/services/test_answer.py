@@ -27,7 +27,7 @@ def test_answer_records_respondent_and_surface(pending_ask):
 def test_second_answer_loses_and_is_audited(pending_ask):
     services.ask_answer(ask_id=pending_ask.id, answers=answer_for(), surface="web")
     second = services.ask_answer(ask_id=pending_ask.id, answers=answer_for(labels=("SQLite",)), surface="feishu")
-    assert (second.accepted, second.error) == (False, "not_pending")
+    assert (second.accepted, second.reason) == (False, services.AnswerRefusal.NOT_PENDING)
     pending_ask.refresh_from_db()
     assert pending_ask.result["answers"][0]["selectedLabels"] == ["PostgreSQL"]
     kinds = list(AskEvent.objects.filter(ask=pending_ask).values_list("kind", flat=True))
@@ -70,7 +70,7 @@ def test_multi_select_keeps_labels_and_custom_text(agent, present_session):
 )
 def test_invalid_answer_changes_nothing(pending_ask, answers, error):
     outcome = services.ask_answer(ask_id=pending_ask.id, answers=answers, surface="web")
-    assert not outcome.accepted and error in outcome.error
+    assert (outcome.accepted, outcome.reason) == (False, services.AnswerRefusal.INVALID) and error in outcome.detail
     pending_ask.refresh_from_db()
     assert pending_ask.status == "pending"
     assert not OutboxEvent.objects.filter(ask=pending_ask).exists()
@@ -78,7 +78,7 @@ def test_invalid_answer_changes_nothing(pending_ask, answers, error):
 
 def test_answer_from_someone_else_is_rejected(pending_ask):
     outcome = services.ask_answer(ask_id=pending_ask.id, answers=answer_for(), surface="feishu", respondent_id="mallory")
-    assert outcome.error == "not_respondent"
+    assert outcome.reason is services.AnswerRefusal.NOT_RESPONDENT
     pending_ask.refresh_from_db()
     assert pending_ask.status == "pending"
     assert AskEvent.objects.filter(ask=pending_ask, kind="ignored").count() == 1

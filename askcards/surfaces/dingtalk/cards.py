@@ -7,6 +7,7 @@ the ask stores it, and answers are read and checked against it there.
 """
 from __future__ import annotations
 
+import enum
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -71,14 +72,33 @@ TERMINAL_CARD: dict[str, tuple[str, str, str]] = {
 INITIATOR_CANCELLED_DESC = "发起人已取消本次收集。"
 COMPLETED_DESC = "已收齐 {count} 人的回应，结果返回发起会话。"
 
+class ClickKind(enum.Enum):
+    """What a click on a card did (``services.ClickResult.kind``)."""
+
+    RECORDED = "recorded"  # the response counts
+    DUPLICATE = "duplicate"  # the same response again: nothing changed
+    REJECTED = "rejected"  # it did not count (``ClickRefusal`` says why)
+
+
+class ClickRefusal(enum.Enum):
+    """Why a click did not count (``services.ClickResult.reason``), told to the clicker."""
+
+    NOT_OWNER = "not_owner"  # an ordinary card: only the person asked answers it
+    NOT_RESPONDENT = "not_respondent"  # a targeted collection: not one of its respondents
+    NO_IDENTITY = "no_identity"  # the click names nobody
+    INVALID = "invalid"  # what the card's form could not have sent (the tool's FormRefused text says what)
+    CLOSED = "closed"  # the ask had ended
+    ALREADY = "already"  # the respondent responded before
+
+
 # What the clicker alone reads (the card's private ``user_notice``) when a click did not count,
-# by why it did not (``services.ClickResult.reason``).
+# by why it did not.
 NOTICES = {
-    "not_owner": "仅提问对象可以回答这张卡片。",
-    "not_respondent": "你不是本次收集的指定填写人，提交未被记录。",
-    "no_identity": "无法确认你的身份，提交未被记录。",
-    "already": "你已回应过本次收集，以第一次回应为准。",
-    "closed": "问题已失效，提交未被记录。",
+    ClickRefusal.NOT_OWNER: "仅提问对象可以回答这张卡片。",
+    ClickRefusal.NOT_RESPONDENT: "你不是本次收集的指定填写人，提交未被记录。",
+    ClickRefusal.NO_IDENTITY: "无法确认你的身份，提交未被记录。",
+    ClickRefusal.ALREADY: "你已回应过本次收集，以第一次回应为准。",
+    ClickRefusal.CLOSED: "问题已失效，提交未被记录。",
 }
 # askcards' own text (the reference lets such submits through): what the card's form would have
 # refused — a required field left empty, an impossible date, a choice not among the options, an
@@ -86,12 +106,12 @@ NOTICES = {
 REFUSED_NOTICE = "提交未被记录：{why}"
 
 
-def notice(reason: str, refused: str = "") -> str:
+def notice(reason: ClickRefusal | None, refused: str = "") -> str:
     """The clicker's private ``user_notice`` for a click that did not count (``reason``), "" when
-    it counted; ``refused`` is what the person reads about an ``invalid`` submit."""
-    if not reason:
+    it counted (None); ``refused`` is what the person reads about an ``INVALID`` submit."""
+    if reason is None:
         return ""
-    if reason == "invalid":
+    if reason is ClickRefusal.INVALID:
         room = VALUE_MAX_BYTES - len(REFUSED_NOTICE.format(why="").encode("utf-8"))
         return REFUSED_NOTICE.format(why=shortened(refused, max_bytes=room, mark="…"))
     return NOTICES[reason]

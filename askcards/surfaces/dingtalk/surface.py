@@ -134,6 +134,11 @@ def space_of(ask: Ask) -> tuple[str, str, bool]:
 
 class DingTalkSurface(Surface):
     name = NAME
+    platform = Bot.Platform.DINGTALK
+
+    def client(self, bot: Bot, *, timeout: float, max_attempts: int, backoff: float) -> DingTalkClient:
+        return DingTalkClient(bot.app_id, bot.app_secret, bot.base_url, timeout=timeout, max_attempts=max_attempts,
+                              backoff=backoff)
 
     def reachable(self, session: Session, tool: str) -> bool:
         if tool != dt.NAME or session.platform != Session.Platform.DINGTALK or session.is_subagent:
@@ -264,7 +269,8 @@ def callback_response(outcome: Any) -> dict[str, Any]:
     desired = desired_variables(ask, message or CardMessage(card_reason=""))
     private: dict[str, str] = {NOTICE: cards.notice(outcome.reason, outcome.notice)}
     respondent = outcome.respondent
-    if ask.target_type != Ask.Target.NONE and outcome.kind in ("recorded", "duplicate") and respondent is not None:
+    counted = outcome.kind in (cards.ClickKind.RECORDED, cards.ClickKind.DUPLICATE)
+    if ask.target_type != Ask.Target.NONE and counted and respondent is not None:
         private.update(cards.respondent_view(respondent.status, submission_of(respondent)))
     reply: dict[str, Any] = {
         "cardUpdateOptions": {"updateCardDataByKey": True, "updatePrivateDataByKey": True},

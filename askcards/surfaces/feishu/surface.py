@@ -143,6 +143,11 @@ def _header(ask: Ask) -> str:
 
 class FeishuSurface(Surface):
     name = NAME
+    platform = Bot.Platform.FEISHU
+
+    def client(self, bot: Bot, *, timeout: float, max_attempts: int, backoff: float) -> FeishuClient:
+        return FeishuClient(bot.app_id, bot.app_secret, bot.base_url, timeout=timeout, max_attempts=max_attempts,
+                            backoff=backoff)
 
     def reachable(self, session: Session, tool: str) -> bool:
         if tool != TOOL or session.platform != Session.Platform.FEISHU or session.is_subagent:
