@@ -382,6 +382,17 @@ def test_bot_add_requires_app_secret(admin_client):
     assert not Bot.objects.exists()
 
 
+
+def test_bot_add_of_an_app_already_registered_is_a_form_error_not_a_server_error(admin_client, feishu_bot):
+    response = admin_client.post(admin_url("bot", "add"), {
+        "platform": "feishu", "app_id": feishu_bot.app_id, "callback_mode": "http", "is_active": "on",
+        "app_secret": "another-secret",
+    })
+    assert response.status_code == 200
+    assert "already exists" in response.content.decode()
+    assert Bot.objects.get().app_secret == "app-secret-PLAINTEXT-1"
+
+
 # ------------------------------------------------------------------------------- outbox and audit
 
 
