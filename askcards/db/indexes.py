@@ -15,8 +15,7 @@ class OpenAsksIndex(models.Index):
     SQLite uses a partial index only when the query spells out its condition, and the ORM binds
     ``status IN (%s, %s)`` as parameters, so the partial index never served a sweep there. Without
     statistics (nothing runs ANALYZE) SQLite then took ``ask_status_created_idx`` for the status
-    and read every open ask on every tick (2 sweeps of 10,000 open asks: ~10 ms each, twice a
-    second). Led by ``status``, this index has that equality and the column's range behind it,
+    and read every open ask on every tick (two sweeps a tick, twice a second). Led by ``status``, this index has that equality and the column's range behind it,
     and wins; it reads the due entries only. PostgreSQL plans with the values and statistics, and
     keeps the column alone (the sweep's ``ORDER BY column LIMIT`` in index order)."""
 

@@ -96,8 +96,8 @@ def _receipt_sql(alias: str) -> str:
 
 
 # -------------------------------------------------------------------------------- hot reads
-# Reads on the click path, written out: the ORM spent ~0.8 ms of CPU compiling each query and
-# building its rows, several times what the database took (bench_statements).
+# Reads on the click path, written out: the ORM spent several times what the database took
+# compiling each query and building its rows (bench_statements).
 # Rows still come back as model instances, each value converted as the ORM converts what it reads.
 
 
@@ -307,9 +307,9 @@ def card_asks(session_ids: list[str], *, pending: int, withdrawn_reasons: tuple[
     left out.
 
     Every click's response card and every card push reads both. They were a statement each, the
-    withdrawn asks an ORM query per render (since 2723c42): on PostgreSQL about a quarter of a
-    submit's and of a push's time in process (cProfile), and the bulk of what bench_feishu_callback
-    saw grow per submit (server +35 %, worker +55 % CPU). sync_due reads them once per batch."""
+    withdrawn asks an ORM query per render: on PostgreSQL a large share of a submit's and of a
+    push's time in process (cProfile), and the bulk of what bench_feishu_callback saw grow per
+    submit. sync_due reads them once per batch."""
     from askcards.models import Ask
 
     if not session_ids:
@@ -503,8 +503,8 @@ def outbox_event_insert(*, agent_id: int, **values: Any) -> None:
     if connection.vendor == "postgresql":
         # One statement bumps the counter and inserts the event: no round trip (and, under load,
         # no wait for the GIL) while this transaction holds the agent's row, which every answer to
-        # the agent's asks needs. Split into the bump and the ORM's INSERT, 8 concurrent Feishu
-        # submits went 8–35 % slower (bench_statements --threads 8). SQLite allows no UPDATE inside WITH,
+        # the agent's asks needs. Split into the bump and the ORM's INSERT, concurrent Feishu
+        # submits went measurably slower (bench_statements --threads 8). SQLite allows no UPDATE inside WITH,
         # and runs one write transaction at a time anyway.
         columns, params = row_values(OutboxEvent, connection, **values)
         del params[columns.index("seq")]  # the bumped counter takes its place

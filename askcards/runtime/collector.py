@@ -4,9 +4,8 @@ not stall every answer now and then.
 CPython's collector examines every tracked object of the oldest generation on a full collection,
 with the whole process stopped. A parked waiter keeps a hundred or more such objects alive (its
 task, coroutines, request objects, the server's for its connection), so a process holding
-thousands paused for hundreds of milliseconds on each full collection (measured on 2 cores at
-10,000 waiters over two processes: 560–800 ms at 550,000–700,000 objects a process, every one to
-two minutes, each holding up the wakes queued behind it: the scale-out benchmark's tail). Yet
+thousands paused for hundreds of milliseconds on each full collection, every minute or two,
+each holding up the wakes queued behind it (the scale-out benchmark's tail). Yet
 nearly all of those objects are no cycle's garbage: a parked waiter is freed by reference
 counting when it ends (the long-poll, MCP and panel tests check that what a waiter held is in no
 cycle by then, ``tests/cycles.py``).
@@ -24,7 +23,7 @@ So ``settle()``, once start-up is over (``project.asgi``, under whichever server
   everything (one long pause, as every full collection was before, but only when memory has
   doubled: more waiters, or such cycles). Memory is read from ``/proc/self/statm``, a few
   microseconds; counting the frozen objects instead (``gc.get_freeze_count()``) walks them all,
-  as long as a collection of them (90–120 ms at 5,000 waiters).
+  as long as a collection of them.
 
 The young generations keep CPython's thresholds: most objects a request makes die there.
 ``PACE_SECONDS = 0`` (the test suite's own process) keeps CPython's full collections, spaced

@@ -385,7 +385,7 @@ def audit(
     surface: str = "",
     detail: dict[str, Any] | None = None,
 ) -> None:
-    # By the ORM: a hand-written INSERT saved under 2 % of a Feishu submit (bench_statements).
+    # By the ORM: a hand-written INSERT saved too little of a Feishu submit to be worth it (bench_statements).
     AskEvent.objects.create(
         ask_id=ask.pk,
         kind=kind,

@@ -174,8 +174,8 @@ def callback_receipt(*, platform: str, event_id: str) -> bool:
     The unique (platform, event_id) row decides, inside the caller's transaction: a concurrent
     duplicate waits for the first and then records nothing. A hand-written statement
     (``db.statements.callback_receipt_insert``): the ORM's insert needed a savepoint to survive a
-    duplicate; without it a Feishu submit costs about 7 % less CPU on PostgreSQL
-    (bench_statements).
+    duplicate, which cost a Feishu submit a noticeable share of its CPU on PostgreSQL
+    (bench_statements measures it).
     Receipts are kept for ``retention.CALLBACK_RECEIPT_TTL``, then pruned by
     ``retention.receipts_prune``."""
     return statements.callback_receipt_insert(platform=platform, event_id=event_id[:200], created_at=timezone.now())

@@ -42,7 +42,7 @@ def claim_card_message(pk: int, now: datetime, **unchanged: Any) -> bool:
     when a field named in ``unchanged`` no longer has the value the caller read.
 
     A hand-written statement (``db.statements.card_message_claim``): it runs before every push,
-    and the ORM rebuilt its conditions each time, 14–20 % of a push's CPU in tests/bench."""
+    and the ORM rebuilt its conditions each time, a large share of a push's CPU (bench_statements)."""
     return statements.card_message_claim(pk, until=now + CARD_CLAIM, now=now, **unchanged)
 
 

@@ -163,8 +163,8 @@ class FeishuSurface(Surface):
         highest id) needs one more render.
 
         A hand-written statement (``db.statements.progress_card_mark``): this runs inside every
-        answer's transaction, and the ORM built its subquery anew each time, 9–12 % of a
-        callback's CPU in tests/bench."""
+        answer's transaction, and the ORM built its subquery anew each time, a large share of a
+        callback's CPU (bench_statements)."""
         statements.progress_card_mark(session_id=ask.session_id)
 
     def show(self, ask: Ask) -> None:
