@@ -282,7 +282,13 @@ async def test_a_waiter_that_died_with_its_process_lets_the_ask_lapse(present, m
     monkeypatch.setattr(services, "WAITER_REFRESH_SECONDS", 0.2)
     hook = asyncio.ensure_future(_post(SESSION_URL, key, BASH).get_response(timeout=20))
     ask = await _open_ask()
-    first = (await database_sync_to_async(Ask.objects.get)(pk=ask.id)).waiter_until
+    first = None
+    for _ in range(50):  # bounded: 5 s; the lease is taken just after the ask is made
+        first = (await database_sync_to_async(Ask.objects.get)(pk=ask.id)).waiter_until
+        if first is not None:
+            break
+        await asyncio.sleep(0.1)
+    assert first is not None, "the host's waiter took no lease on its ask"
     await asyncio.sleep(0.6)
     refreshed = (await database_sync_to_async(Ask.objects.get)(pk=ask.id)).waiter_until
     assert refreshed > first  # a live waiter keeps it
