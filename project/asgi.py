@@ -15,15 +15,15 @@ from django.urls import path, re_path  # noqa: E402
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 
-from askcards.runtime import collector
+from askcards.runtime import collector  # noqa: E402
 from askcards.api.longpoll import LongPollApp  # noqa: E402
 from askcards.consumers import PanelConsumer  # noqa: E402
 from askcards.api.urls import LONG_POLL_VIEWS  # noqa: E402
 from askcards.callbacks import CallbackApp, dingtalk_handle, feishu_handle  # noqa: E402
-from askcards.http.edge import BoundedBody, OriginValidator, no_socket
+from askcards.http.edge import BoundedBody, OriginValidator, no_socket  # noqa: E402
 from askcards.hosts.views import HOOK_VIEWS  # noqa: E402
 from askcards.mcp.app import McpApp  # noqa: E402
-from askcards.http.serverguard import guard_server
+from askcards.http.serverguard import guard_server  # noqa: E402
 
 # daphne's own reading: time limits, a per-peer cap, body limits, large keyed bodies read only
 # after the key is checked (see askcards.http.serverguard).

@@ -121,7 +121,7 @@ class AgentAdmin(admin.ModelAdmin):
     def save_related(self, request: HttpRequest, form: forms.ModelForm, formsets: Any, change: bool) -> None:
         # Grants go through the services (one rule, logged with the operator), not the form's m2m save.
         usernames = [user.get_username() for user in form.cleaned_data.get("web_users", ())]
-        actor = f"operator:{request.user.get_username()}"
+        actor = operator(request)
         granted, revoked = services.agent_grants_set(agent=form.instance, usernames=usernames, actor=actor)
         self._report_grants(request, form.instance, "ask", granted, revoked, "its asks already pending there")
         granted_bots, revoked_bots = services.agent_bots_set(

@@ -10,7 +10,7 @@ from django.http import HttpRequest
 
 from .. import services
 from ..errors import WebUserNotGranted
-from ..models import Agent, Ask, ProgressCard, Session
+from ..models import Ask, ProgressCard, Session
 from .common import LargeListAdmin, OperatorTimeZoneMedia, ReadOnlyInline, count_of
 
 if TYPE_CHECKING:
