@@ -87,3 +87,11 @@ def test_another_user_and_agent_name():
     agent = Agent.objects.get(name="bobs-agent")
     assert [user.username for user in agent.web_users.all()] == ["bob"]
     assert works(shell["KEY"])
+
+
+def test_another_user_and_agent_keep_their_own_and_leave_the_first_pair_working():
+    first = walkthrough()
+    other = walkthrough("--user", "bob", "--agent", "bobs-agent")
+    assert walkthrough() == first, "alice's password and my-agent's key, unchanged"
+    assert walkthrough("--user", "bob", "--agent", "bobs-agent") == other
+    assert works(first["KEY"]) and works(other["KEY"])

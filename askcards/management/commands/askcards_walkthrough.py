@@ -3,8 +3,8 @@ an agent allowed to ask them, printed as shell assignments for ``eval "$(manage.
 
 It is for trying askcards on one machine. The password and the agent key are kept in the data
 directory (``walkthrough.env``, readable by its owner only, next to the database they unlock
-anyway), so a second run, in this terminal or another, changes nothing and prints the same working
-key. A saved key that no longer works (the agent's key was rotated) is replaced by a new one. Agents
+anyway), each under the name of its user or agent, so a second run, in this terminal or another,
+changes nothing and prints the same working key (a run with ``--user`` / ``--agent`` keeps its own). A saved key that no longer works (the agent's key was rotated) is replaced by a new one. Agents
 for real use are made with ``askcards_agent create``: their key is shown once and kept nowhere.
 """
 from __future__ import annotations
@@ -44,15 +44,15 @@ class Command(BaseCommand):
         saved = _read(path)
         try:
             with transaction.atomic():
-                password = self._web_user(user, saved.get("PASSWORD", ""))
-                key = self._agent(agent, user, saved.get("KEY", ""))
+                password = self._web_user(user, saved.get(("PASSWORD", user), ""))
+                key = self._agent(agent, user, saved.get(("KEY", agent), ""))
         except InvalidInput as exc:
             raise CommandError(exc.message) from None
-        state = {"PASSWORD": password, "KEY": key}
-        if state != {name: saved.get(name) for name in state}:
+        state = {**saved, ("PASSWORD", user): password, ("KEY", agent): key}
+        if state != saved:
             _write(path, state)
-        for name, value in state.items():
-            self.stdout.write(f"{name}={shlex.quote(value)}")
+        self.stdout.write(f"PASSWORD={shlex.quote(password)}")
+        self.stdout.write(f"KEY={shlex.quote(key)}")
         self.stderr.write(
             f"Web user {user!r} (password in $PASSWORD) may be asked by agent {agent!r} (key in $KEY); "
             f"both kept in {path} for the next run."
@@ -95,32 +95,36 @@ def _authenticates(key: str, agent: Agent) -> bool:
         return False
 
 
-def _read(path: Path) -> dict[str, str]:
-    """The saved ``NAME=value`` lines (values shell-quoted); nothing when the file is missing or unreadable."""
+Saved = dict[tuple[str, str], str]  # ("PASSWORD", username) or ("KEY", agent name) -> the secret
+
+
+def _read(path: Path) -> Saved:
+    """The saved ``PASSWORD <user> <password>`` and ``KEY <agent> <key>`` lines (each word
+    shell-quoted); nothing when the file is missing or unreadable, a line that is not one of them
+    skipped."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeError):
         return {}
-    saved = {}
+    saved: Saved = {}
     for line in text.splitlines():
-        name, sep, value = line.partition("=")
-        if sep:
-            try:
-                words = shlex.split(value)
-            except ValueError:
-                continue
-            if len(words) == 1:
-                saved[name.strip()] = words[0]
+        try:
+            words = shlex.split(line)
+        except ValueError:
+            continue
+        if len(words) == 3 and words[0] in ("PASSWORD", "KEY"):
+            saved[(words[0], words[1])] = words[2]
     return saved
 
 
-def _write(path: Path, state: dict[str, str]) -> None:
+def _write(path: Path, state: Saved) -> None:
     """Replace the file at once, readable by its owner only (``mkstemp`` creates it 0600)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{STATE_FILE}.")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write("".join(f"{name}={shlex.quote(value)}\n" for name, value in state.items()))
+            out.write("".join(f"{kind} {shlex.quote(name)} {shlex.quote(secret)}\n"
+                              for (kind, name), secret in state.items()))
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
