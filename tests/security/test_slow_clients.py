@@ -192,11 +192,13 @@ def test_hundreds_of_tricklers_are_cut_within_their_bounds_and_healthz_answers_t
         assert b'"code": "request_timeout"' in t.answer
     assert {t.kind for t in cut} == {"headers", "body"} and {t.path for t in cut if t.kind == "body"} == {
         "/login/", "/api/v1/tools/call"}
-    # The cap: the server never held more than 100 of 127.0.0.1's connections (plus the probe's and
-    # those being refused at that instant: accepted, then closed, up to 15 seen on a loaded
-    # machine; without the cap all 300 tricklers are held); the rest were closed as they came (a 503
+    # The cap: the server never held more than 100 of 127.0.0.1's connections, plus the probe's and
+    # those being refused at that instant. Twisted accepts a burst in batches (up to 100 per pass,
+    # then 20 more each full pass) and a refused connection closes once its 503 is written, after
+    # the batch: on a loaded machine a sample can catch most of a batch still open (53 seen on
+    # CI). Without the cap all 300 tricklers are held. The rest were closed as they came (a 503
     # when it reached the client before the close).
-    assert max(probe.sockets) <= idle_sockets + 100 + 20
+    assert max(probe.sockets) <= idle_sockets + 100 + 120
     assert len(refused) >= 100
     for t in refused:
         assert t.status() in (503, None), t.answer[:100]
