@@ -1,78 +1,21 @@
-"""The web panel surface: asks pushed live to a logged-in user's browser over ``/ws/panel/``.
-
-Presence is kept in the database (one row per connected socket, refreshed by a heartbeat, stale
-after ``PanelPresence.TTL``), so every process agrees on whether a panel is connected — it decides
-``no_surface``. Pushes go to the user's key in the hub (``askcards.wake.hub``), in every process.
-"""
+"""One socket's view of the panel and how it catches up with the database: the snapshot a
+(re)connecting socket is sent, the page's fill, the heartbeat's comparison."""
 from __future__ import annotations
 
-import enum
-import hashlib
 import json
 import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.conf import settings
-from django.db import transaction
-from django.utils import timezone
-
-from askcards.wake import events
 from askcards import selectors
-from askcards.db import statements
-from askcards.models import Ask, PanelPresence, Respondent, Session
+from askcards.models import Ask
 from askcards.tools import dingtalk_ask_user_question as dt
 
-from .base import Surface, shortened
+from .messages import (ask_message, cancelled_message, history_add, history_item, more_message, page_size,
+                       responded_message)
+from .presence import presence_refresh
 
 logger = logging.getLogger(__name__)
-
-HEARTBEAT_SECONDS = 30
-# How long a push may be under way: a socket's difference from the database is acted on only when
-# it is still there this much later (``panels_catch_up``).
-PUSH_GRACE_SECONDS = 5
-
-
-def panel_key(username: str) -> str:
-    # Bus channels are named by keys: a short hash, whatever characters the username holds.
-    return "panel." + hashlib.sha256(username.encode()).hexdigest()[:32]
-
-
-def presence_touch(*, username: str, channel_name: str) -> None:
-    """The socket is connected now (on connect; ``presence_refresh`` keeps it fresh)."""
-    presence_refresh({channel_name: username})
-
-
-def presence_refresh(sockets: dict[str, str]) -> None:
-    """These sockets (channel name → username) are connected now: one UPDATE per
-    ``PANEL_BEAT_CHUNK`` of them, and the rows the worker purged as stale while their process was
-    stalled made again."""
-    now = timezone.now()
-    names = list(sockets)
-    for start in range(0, len(names), selectors.PANEL_BEAT_CHUNK):
-        chunk = names[start:start + selectors.PANEL_BEAT_CHUNK]
-        with transaction.atomic():
-            statements.commit_without_flush_wait(PanelPresence)
-            updated = PanelPresence.objects.filter(channel_name__in=chunk).update(last_seen=now)
-        if updated < len(chunk):
-            PanelPresence.objects.bulk_create(
-                [PanelPresence(channel_name=name, username=sockets[name], last_seen=now) for name in chunk],
-                ignore_conflicts=True)
-
-
-def presence_drop(*, channel_name: str) -> None:
-    PanelPresence.objects.filter(channel_name=channel_name).delete()
-
-
-def is_present(username: str) -> bool:
-    return PanelPresence.objects.filter(username=username, last_seen__gte=timezone.now() - PanelPresence.TTL).exists()
-
-
-def presence_purge_stale() -> int:
-    """Drop presence rows no panel refreshed within ``PanelPresence.TTL`` (a crashed process's): the
-    worker's housekeeping, once a minute; readers compare ``last_seen`` themselves."""
-    return PanelPresence.objects.filter(last_seen__lt=timezone.now() - PanelPresence.TTL).delete()[0]
-
 
 MAX_KNOWN = 50  # asks a reconnecting panel may ask about (it lists those it still shows as open)
 # A person with hundreds of waiting asks gets a page of them (``ASKCARDS_PANEL_PAGE``, 20), oldest
@@ -81,153 +24,6 @@ MAX_KNOWN = 50  # asks a reconnecting panel may ask about (it lists those it sti
 # next fill), so a reconnect costs a page, not megabytes.
 PANEL_PAGE_BYTES = 256 * 1024
 PANEL_FILL_SLACK = 10  # rows a fill reads beyond its room (asks that no longer wait are skipped)
-
-PLATFORM_NAMES = {"feishu": "飞书", "dingtalk": "钉钉", "wechat": "微信", "web": "网页"}
-
-
-INVALID = "invalid"  # the refusal whose wire form carries what the person reads
-
-
-def refusal_error(reason: enum.Enum, detail: str = "") -> str:
-    """The ``error`` a client reads when its answer was refused, built from the outcome's reason
-    (``services.AnswerRefusal``, ``PanelRefusal``, ``HostRefusal``) and its detail: the reason's
-    name (``not_found``, ``not_pending``, …), or ``invalid: <detail>`` for an answer that does not
-    fit the form. The panel socket's acks and the MCP App's tool errors are built here, alone."""
-    return f"{INVALID}: {detail}" if reason.value == INVALID else str(reason.value)
-
-
-def session_label(session: Session) -> str:
-    """The session as a person recognises it: where it happens and with whom (its user's name in a
-    private chat), else its key — never the ``s_…`` id."""
-    platform = PLATFORM_NAMES.get(session.platform, session.platform)
-    if session.platform == Session.Platform.WEB:
-        return f"{platform}会话：{session.key}"
-    if session.chat_type == Session.ChatType.GROUP:
-        return f"{platform}群聊：{session.key}"
-    return f"{platform}私聊：{session.user_name or session.user_id or session.key}"
-
-
-def _who(ask: Ask) -> dict[str, str]:
-    return {"sessionId": ask.session_id, "agent": ask.agent.name, "session": session_label(ask.session)}
-
-
-def ask_message(ask: Ask) -> dict[str, Any]:
-    """An open ask as the panel shows it: ``ask_user_questions`` (SPEC §6.3) or, for the DingTalk
-    tool, ``dingtalk_form`` (its title, description and form fields, answered with the card's
-    value shapes). ``deadline``, ``agent`` and ``session`` go beyond SPEC §6.3's fields so the page
-    can say who asks and until when."""
-    if ask.tool == dt.NAME:
-        return {
-            "type": "dingtalk_form",
-            "requestId": ask.id,
-            **_who(ask),
-            "title": ask.title,
-            "description": ask.description,
-            "fields": ask.fields or [],
-            "targeted": ask.target_type != Ask.Target.NONE,
-            "respondents": len(ask.respondents.all()),
-            "deadline": ask.deadline.isoformat(),
-        }
-    return {
-        "type": "ask_user_questions",
-        "requestId": ask.id,
-        **_who(ask),
-        "questions": ask.questions,
-        "deadline": ask.deadline.isoformat(),
-    }
-
-
-def respondent_state(ask: Ask, row: Respondent) -> dict[str, Any]:
-    """The panel user's own response as recorded: its status, where it was given, its answers."""
-    return {"status": row.status, "surface": row.surface, "answers": _row_answers(ask, row)}
-
-
-def responded_message(ask: Ask, row: Respondent) -> dict[str, Any]:
-    """The panel user responded to a collection that still waits for others (here or on the card)."""
-    return {"type": "dingtalk_form_responded", "requestId": ask.id, **respondent_state(ask, row)}
-
-
-def page_size() -> int:
-    """How many asks a panel socket shows at once."""
-    return settings.ASKCARDS_PANEL_PAGE
-
-
-def more_message(count: int) -> dict[str, Any]:
-    """How many asks wait for the user beyond those the page shows (0: none)."""
-    return {"type": "pending_more", "count": count}
-
-
-def cancelled_message(ask: Ask) -> dict[str, str]:
-    """How the ask ended; for an answer given on another surface, which one (``surface``, when the
-    transition that ended it is the one telling: the page then says 「已在 MCP 客户端回答。」)."""
-    message = {"type": "ask_user_questions_cancelled", "requestId": ask.id, "reason": ask.reason or ask.status}
-    if ask.reason in (Ask.Reason.SUBMITTED, Ask.Reason.EMPTY) and ask.closed_on:
-        message["surface"] = ask.closed_on
-    return message
-
-
-RESPONDED = (Respondent.Status.SUBMITTED, Respondent.Status.EMPTY, Respondent.Status.CANCELLED)
-# The history (最近回答) is a reminder, sent whole on every connect: each answer in it is cut to
-# this many characters (the agent and the admin have it whole).
-HISTORY_ANSWER_CHARS = 500
-
-
-def history_item(ask: Ask) -> dict[str, Any]:
-    """A closed ask in the panel's history: who asked, what, how it ended and the panel user's own
-    answers (a collection's other respondents are never shown; purged answers are gone)."""
-    if ask.tool == dt.NAME:
-        title = ask.title
-        row = selectors.panel_respondent(ask)
-    else:
-        title = " · ".join(str(q.get("header") or q.get("question") or "") for q in ask.questions or [])
-        owner = ask.sender_id.casefold()
-        row = next((r for r in ask.respondents.all() if r.respondent_key == owner), None)
-    if row is not None and row.status not in RESPONDED:
-        row = None  # they did not respond (pending, missing)
-    return {
-        "requestId": ask.id,
-        **_who(ask),
-        "title": title,
-        "status": ask.status,
-        "reason": ask.reason,
-        "respondent": row.status if row is not None else "",  # submitted | empty | cancelled | ""
-        "surface": row.surface if row is not None else "",
-        "closedAt": ask.closed_at.isoformat() if ask.closed_at else None,
-        "purged": ask.answers_purged_at is not None,
-        "answers": [{**item, "answer": shortened(str(item.get("answer", "")), max_chars=HISTORY_ANSWER_CHARS)}
-                    for item in _row_answers(ask, row)] if row is not None else [],
-    }
-
-
-def _row_answers(ask: Ask, row: Respondent) -> list[dict[str, str]]:
-    """One respondent's answers as ``[{question, answer}]`` texts, whatever the tool."""
-    stored = row.answers
-    if ask.tool == dt.NAME:
-        return [dict(item) for item in (stored or {}).get("answers", [])] if isinstance(stored, dict) else []
-    if not isinstance(stored, list):
-        return []
-    headers = {str(q.get("question")): str(q.get("header") or q.get("question")) for q in ask.questions or []}
-    answers = []
-    for item in stored:
-        if not isinstance(item, dict):
-            continue
-        parts = [str(label) for label in item.get("selectedLabels") or []]
-        if item.get("customInput"):
-            parts.append(str(item["customInput"]))
-        question = str(item.get("question") or "")
-        answers.append({"question": headers.get(question, question), "answer": "、".join(parts)})
-    return answers
-
-
-def history_add(ask: Ask) -> dict[str, Any] | None:
-    """``history_add`` for an ask that ended (read by the panel's queries), or None when the panel's
-    history does not list it (still open, failed, a collection they were not asked in)."""
-    if ask.is_open or ask.status == Ask.Status.FAILED:
-        return None
-    if ask.tool == dt.NAME and selectors.panel_respondent(ask) is None:
-        return None
-    return {"type": "history_add", "ask": history_item(ask)}
-
 
 class PanelView:
     """What one connected panel socket was sent, as far as catching up needs it: the asks it shows
@@ -473,42 +269,3 @@ def panel_fill(username: str, more: set[str], room: int) -> tuple[list[dict[str,
             gone |= left
             break
     return messages, gone
-
-
-class WebSurface(Surface):
-    name = "web"
-
-    def reachable(self, session: Session, tool: str) -> bool:
-        return tool == "ask_user_questions" and bool(session.web_user) and is_present(session.web_user)
-
-    def accompanies(self, session: Session, tool: str) -> bool:
-        """A DingTalk form is on its card, and also on the panel of the session's web user
-        (granted: tool_call checks it), whether or not a panel is open now: one opened later
-        lists it. The panel never decides ``no_surface`` for it."""
-        return tool == dt.NAME and session.platform == Session.Platform.DINGTALK and bool(session.web_user)
-
-    def deliver(self, ask: Ask) -> None:
-        """Nothing to create up front: the panel is pushed after activation."""
-
-    def show(self, ask: Ask) -> None:
-        self._push(ask, {"type": "panel.show", "ask_id": ask.id})
-
-    def withdraw(self, ask: Ask) -> None:
-        """Everything the panel says about the ending is in the message, and for a question ask its
-        history line too (``history``: None when the history does not list it), made once here
-        rather than read again by every socket of the user; their sockets re-read a DingTalk
-        form's, which is the panel user's own respondent row. The push goes to the session's web
-        user only, whom the agent had granted when the ask was made (``tool_call``)."""
-        if not ask.session.web_user:
-            return
-        message: dict[str, Any] = {"type": "panel.withdraw", "ask_id": ask.id, "message": cancelled_message(ask)}
-        if ask.tool != dt.NAME:
-            message["history"] = history_add(ask)
-        self._push(ask, message)
-
-    def result_delivered(self, ask: Ask) -> None:
-        self._push(ask, {"type": "panel.delivered", "ask_id": ask.id})
-
-    def _push(self, ask: Ask, message: dict[str, Any]) -> None:
-        if ask.session.web_user:
-            events.publish([(panel_key(ask.session.web_user), message)])
