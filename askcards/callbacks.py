@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from django.http import JsonResponse
+from django.http import HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
@@ -46,27 +46,25 @@ class CallbackApp:
         self.handle = handle
 
     async def __call__(self, scope, receive, send):
-        # Served without Django's handler: askcards.http.edge does its edge work (Host, security
+        # Served without Django's handler: the edge's prologue does its work (Host, security
         # headers, a bounded body). Platforms sign their bodies, so there is nothing to
-        # authenticate before reading; the limit is small instead.
-        try:
-            request = edge.request_for(scope)
-            if scope["method"] != "POST":
-                response = edge.error_response(405, "method_not_allowed", "Callbacks are POSTed.")
-                response["Allow"] = "POST"
-                await edge.send_response(send, response, request)
-                return
-            body = await edge.read_body(scope, receive, edge.MAX_CALLBACK_BYTES)
-        except edge.Refused as refused:
-            await edge.refuse(scope, send, refused)
-            return
-        if body is None:  # the platform went away
+        # authenticate before reading; the route's limit is small instead.
+        admitted = await edge.admit(scope, receive, send, check=_posted)
+        if admitted is None:
             return
         (ref,) = scope["url_route"]["kwargs"].values()  # the app id / client id in the URL
         # request.headers is case-insensitive, like the Django view's: handlers just .get() a name.
-        status, data = await in_pool(self.handle, ref, request.headers, body)
+        status, data = await in_pool(self.handle, ref, admitted.request.headers, admitted.body)
         response = JsonResponse(data, status=status, json_dumps_params={"ensure_ascii": False, "separators": (",", ":")})
-        await edge.send_response(send, response, request)
+        await edge.send_response(send, response, admitted.request)
+
+
+def _posted(scope, request) -> HttpResponse | None:
+    if scope["method"] == "POST":
+        return None
+    response = edge.error_response(405, "method_not_allowed", "Callbacks are POSTed.")
+    response["Allow"] = "POST"
+    return response
 
 
 # ----------------------------------------------------------------------------------- the route

@@ -123,28 +123,14 @@ class LongPollApp:
 
     async def __call__(self, scope, receive, send):
         kwargs = scope.get("url_route", {}).get("kwargs", {})
-        agent = None
-        try:
-            request = edge.request_for(scope)
-            if not self._handles(scope["method"]):
-                # The view answers 405 with its Allow header (after the agent key, as every API view
-                # does), whatever body came: none of it is read.
-                body = b""
-            elif scope["method"] in self.BODILESS:
-                body = await edge.read_body(scope, receive, 0)
-            else:
-                limit = edge.default_body_limit()
-                edge.check_length(scope, limit)
-                agent, refusal = await in_pool(self._authenticate, request, kwargs)
-                if refusal is not None:
-                    await edge.send_response(send, refusal, request)
-                    return
-                body = await edge.read_body(scope, receive, limit)
-        except edge.Refused as refused:
-            await edge.refuse(scope, send, refused)
+        # A method the view has no handler for is its 405 with its Allow header (after the agent
+        # key, as every API view does), whatever body came: none of it is read. A GET takes no body.
+        handled, bodiless = self._handles(scope["method"]), scope["method"] in self.BODILESS
+        authenticate = functools.partial(self._authenticate, kwargs=kwargs) if handled and not bodiless else None
+        admitted = await edge.admit(scope, receive, send, bodiless=bodiless, read=handled, authenticate=authenticate)
+        if admitted is None:
             return
-        if body is None:  # client went away
-            return
+        agent, body = admitted.caller, admitted.body
         request = ASGIRequest({**scope, PARKS: True}, BytesIO(body))
         if agent is not None:
             # Authenticated above, before the body was read: DRF's Request takes this attribute

@@ -1,8 +1,10 @@
 """The ASGI edge: what every request passes before any view, and what the routes served without
 Django's handler (the long-polls, the platform callbacks) need to behave like Django's.
 
-- Bodies: ``read_body`` refuses by ``Content-Length`` before reading anything (413; 400 when the
-  header is malformed) and stops reading once a streamed body passes the limit (413).
+- Bodies: ``body_limit`` is every route's limit, the one place a body is bounded (the server's own
+  reading, ``askcards.http.serverguard``, and the routes below read it). ``read_body`` refuses by
+  ``Content-Length`` before reading anything (413; 400 when the header is malformed) and stops
+  reading once a streamed body passes the limit (413).
   ``BoundedBody`` applies the same rule, with Django's ``DATA_UPLOAD_MAX_MEMORY_SIZE``, in front of
   everything else: Django's ASGI handler reads every body whole before any view or middleware runs
   (spooled to disk past ``FILE_UPLOAD_MAX_MEMORY_SIZE``, never refused), and checks
@@ -13,6 +15,9 @@ Django's handler (the long-polls, the platform callbacks) need to behave like Dj
 - Headers: ``send_response`` adds the headers Django's ``SecurityMiddleware`` and
   ``XFrameOptionsMiddleware`` add, by running those middlewares' own ``process_response``, so the
   bypassing routes follow the same ``SECURE_*`` / ``X_FRAME_OPTIONS`` settings.
+- The routes served without Django's handler (the platform callbacks, the long-polls, MCP) start
+  with one prologue, ``admit``: Host, their own refusals, the declared length, the key, then the
+  body.
 - WebSocket origins: ``OriginValidator`` compares an ``Origin``'s scheme, host and port with the
   socket's own origin, ``ASKCARDS_PUBLIC_URL``'s and ``CSRF_TRUSTED_ORIGINS``.
 
@@ -23,7 +28,9 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass
 from io import BytesIO
+from typing import Any, Callable
 from urllib.parse import urlsplit
 
 from channels.security.websocket import WebsocketDenier
@@ -34,6 +41,8 @@ from django.http import HttpResponse
 from django.middleware.clickjacking import XFrameOptionsMiddleware
 from django.middleware.security import SecurityMiddleware
 from django.utils.http import is_same_domain
+
+from askcards.db import in_pool
 
 logger = logging.getLogger(__name__)
 
@@ -60,9 +69,32 @@ def error_response(status: int, code: str, message: str) -> HttpResponse:
 MAX_CALLBACK_BYTES = 1024 * 1024
 
 
+# Routes that take an agent key (``Authorization: Bearer``): a path ending in "/" is a prefix.
+KEYED_PATHS: list[str] = ["/api/v1/", "/mcp", "/hooks/"]
+# Routes with a smaller limit than DATA_UPLOAD_MAX_MEMORY_SIZE. The platform callbacks are signed
+# over their bodies, so nothing can be checked before the body is read: the limit is small instead.
+ROUTE_BODY_LIMITS: list[tuple[str, int]] = [("/callbacks/feishu/", MAX_CALLBACK_BYTES),
+                                            ("/callbacks/dingtalk/", MAX_CALLBACK_BYTES)]
+
+
 def default_body_limit() -> int | None:
     """Django's limit for a request body held in memory; ``None`` (an operator's choice) is no limit."""
     return settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+
+
+def body_limit(path: str) -> int | None:
+    """The most body bytes read for a request to ``path`` (None: no limit, an operator's choice):
+    the route's own limit, never above Django's."""
+    limit = default_body_limit()
+    for prefix, route_limit in ROUTE_BODY_LIMITS:
+        if path.startswith(prefix):
+            return route_limit if limit is None else min(limit, route_limit)
+    return limit
+
+
+def is_keyed(path: str) -> bool:
+    """Whether a request to ``path`` carries an agent key (``KEYED_PATHS``)."""
+    return any(path == entry or (entry.endswith("/") and path.startswith(entry)) for entry in KEYED_PATHS)
 
 
 def too_large(limit: int) -> Refused:
@@ -160,13 +192,61 @@ async def refuse(scope, send, refused: Refused) -> None:
     await send_response(send, refused.response(), request)
 
 
+@dataclass
+class Admitted:
+    """A request ``admit`` let through: the edge's request (no body; its Host accepted), the body
+    and the caller ``authenticate`` named (None when the route takes no key)."""
+    request: ASGIRequest
+    body: bytes
+    caller: Any = None
+
+
+async def admit(scope, receive, send, *, check: Callable[[Any, ASGIRequest], HttpResponse | None] | None = None,
+                authenticate: Callable[[ASGIRequest], tuple[Any, HttpResponse | None]] | None = None,
+                bodiless: bool = False, read: bool = True) -> Admitted | None:
+    """The one prologue of the routes served without Django's handler (the platform callbacks, the
+    long-polls, MCP), in the order that bounds what a client without a key can make the server hold:
+
+    1. the Host, by Django's rule (``request_for``);
+    2. ``check(scope, request)``, the route's own refusals that need no body (a method, an Origin):
+       a response to send, or None to go on (or it raises ``Refused``);
+    3. the declared ``Content-Length`` against the route's limit (``body_limit``; 0 when the
+       request is ``bodiless``, a GET);
+    4. ``authenticate(request)``, on the thread pool: the caller, or a response to send instead;
+    5. the body, at most that limit (neither measured nor read when ``read`` is false: the request
+       goes on with an empty body, for a route that answers it without one).
+
+    Returns None when it answered (a refusal, sent with the security headers and logged as one
+    line) or the client went away."""
+    limit = 0 if bodiless else body_limit(scope.get("path", ""))
+    try:
+        request = request_for(scope)
+        response = check(scope, request) if check is not None else None
+        caller = None
+        if response is None:
+            if read:
+                check_length(scope, limit)
+            if authenticate is not None:
+                caller, response = await in_pool(authenticate, request)
+        if response is not None:
+            await send_response(send, response, request)
+            return None
+        body = await read_body(scope, receive, limit) if read else b""
+    except Refused as refused:
+        await refuse(scope, send, refused)
+        return None
+    if body is None:  # the client went away
+        return None
+    return Admitted(request, body, caller)
+
+
 class BoundedBody:
     """ASGI middleware for HTTP: no request body over ``DATA_UPLOAD_MAX_MEMORY_SIZE`` reaches the
-    application. Over-long ``Content-Length`` → 413 without reading; a streamed body passing the
-    limit → the application sees the client go away (Django's handler then returns without a
-    response or a log line) and the client gets 413. Routes with smaller limits apply theirs
-    through ``read_body``. Under daphne, ``askcards.http.serverguard`` already stops the server reading
-    at the same limits; this keeps the rule for any other ASGI server and for tests."""
+    application, nor over the route's smaller limit (``body_limit``). Over-long ``Content-Length`` →
+    413 without reading; a streamed body passing the limit → the application sees the client go
+    away (Django's handler then returns without a response or a log line) and the client gets 413.
+    Under daphne, ``askcards.http.serverguard`` already stops the server reading at the same limits;
+    this keeps the rule for any other ASGI server and for tests."""
 
     def __init__(self, app):
         self.app = app
@@ -174,7 +254,7 @@ class BoundedBody:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        limit = default_body_limit()
+        limit = body_limit(scope.get("path", ""))
         try:
             check_length(scope, limit)
         except Refused as refused:

@@ -22,10 +22,10 @@ request from the module attribute ``daphne.http_protocol.WebRequest``).
 - Count: a peer address has at most ``ASKCARDS_PEER_CONNECTIONS`` connections that are not inside
   a dispatched request (opening, reading headers or a body, idle between requests); a connection
   past that gets a 503 and is closed at once. ``0`` turns the cap off.
-- Bodies: a body over its route's limit (``DATA_UPLOAD_MAX_MEMORY_SIZE``; the platform callbacks'
-  own 1 MB) is answered 413, by ``Content-Length`` before a byte of it is read, else as soon as a
-  chunked body passes the limit.
-- Keys: on the keyed routes (``KEYED_PATHS``) a body over ``ASKCARDS_PRE_AUTH_BODY_BYTES`` (or a
+- Bodies: a body over its route's limit (``edge.body_limit``: ``DATA_UPLOAD_MAX_MEMORY_SIZE``; the
+  platform callbacks' own 1 MB) is answered 413, by ``Content-Length`` before a byte of it is read,
+  else as soon as a chunked body passes the limit.
+- Keys: on the keyed routes (``edge.KEYED_PATHS``) a body over ``ASKCARDS_PRE_AUTH_BODY_BYTES`` (or a
   chunked body once past that) is not read further until the agent key has been checked, in the
   thread pool (``selectors.agent_for_authorization``, the API's own rule); a bad key gets the API's
   401 and the connection is closed. Smaller bodies are read as before and checked by the
@@ -69,12 +69,6 @@ from askcards.http import edge
 
 logger = logging.getLogger(__name__)
 
-# Routes that take an agent key (``Authorization: Bearer``): a path ending in "/" is a prefix.
-KEYED_PATHS: list[str] = ["/api/v1/", "/mcp", "/hooks/"]
-# Routes with a smaller limit than DATA_UPLOAD_MAX_MEMORY_SIZE. The platform callbacks are signed
-# over their bodies, so nothing can be checked before the body is read: the limit is small instead.
-ROUTE_BODY_LIMITS: list[tuple[str, int]] = [("/callbacks/feishu/", edge.MAX_CALLBACK_BYTES),
-                                            ("/callbacks/dingtalk/", edge.MAX_CALLBACK_BYTES)]
 # How much a connection reads at a time while its request may still be refused for its key (module
 # docstring, "Reads"): a request's headers and a small body still take one or two reads.
 KEY_READ_BYTES = 4096
@@ -96,19 +90,6 @@ def request_path(channel: Any) -> str:
 def request_label(channel: Any) -> str:
     method = (getattr(channel, "_command", None) or b"-").decode("latin-1", "replace")
     return f"{method} {request_path(channel)[:200] or '-'}"
-
-
-def is_keyed(path: str) -> bool:
-    return any(path == entry or (entry.endswith("/") and path.startswith(entry)) for entry in KEYED_PATHS)
-
-
-def body_limit(path: str) -> int | None:
-    """The most body bytes the server reads for ``path`` (None: no limit, an operator's choice)."""
-    limit = edge.default_body_limit()
-    for prefix, route_limit in ROUTE_BODY_LIMITS:
-        if path.startswith(prefix):
-            return route_limit if limit is None else min(limit, route_limit)
-    return limit
 
 
 def key_refusal(authorization: bytes | None) -> Unauthenticated | None:
@@ -373,12 +354,12 @@ class GuardedRequest(_ORIGINAL_REQUEST):  # type: ignore[misc, valid-type]
 
     def gotLength(self, length):
         path = request_path(self.channel)
-        self._limit, self._length = body_limit(path), length
+        self._limit, self._length = edge.body_limit(path), length
         if self._limit is not None and length is not None and length > self._limit:
             self.content = BytesIO()
             self._refuse_too_large()
             return
-        keyed = is_keyed(path)
+        keyed = edge.is_keyed(path)
         if not keyed:
             self.channel.full_reads()
         threshold = settings.ASKCARDS_PRE_AUTH_BODY_BYTES

@@ -32,6 +32,7 @@ import json
 import logging
 import weakref
 from io import BytesIO
+from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from django.conf import settings
@@ -101,6 +102,22 @@ def _jsonrpc_error(status: int, code: int, message: str) -> HttpResponse:
     return HttpResponse(json.dumps(body), status=status, content_type="application/json")
 
 
+def _origin_checked(scope, request) -> None:
+    """A browser page may call /mcp only from an allowed origin (DNS rebinding)."""
+    origin = _header(scope, b"origin")
+    if origin is not None and not edge.origin_allowed(scope):
+        raise edge.Refused(403, "forbidden", f"Origin {origin[:100]!r} may not call this endpoint.")
+
+
+def _caller(request) -> tuple[Any, HttpResponse | None]:
+    """The agent the key names, or the 401 to send."""
+    try:
+        return agent_for(_header(request.scope, b"authorization")), None
+    except Unauthorized as exc:
+        logger.warning("refused %s %s: 401 %s", request.scope["method"], request.scope["path"], exc)
+        return None, _unauthorized(str(exc))
+
+
 def _no_stream() -> HttpResponse:
     """GET: the stateless transport has nothing to send on a standalone SSE stream (no session
     outlives a POST), so the spec's 405 says so at once; the SDK would hold an idle stream open
@@ -124,27 +141,15 @@ class McpApp:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return
-        try:
-            request = edge.request_for(scope)
-            origin = _header(scope, b"origin")
-            if origin is not None and not edge.origin_allowed(scope):
-                raise edge.Refused(403, "forbidden", f"Origin {origin[:100]!r} may not call this endpoint.")
-            limit = edge.default_body_limit()
-            edge.check_length(scope, limit)
-            try:
-                agent = await in_pool(agent_for, _header(scope, b"authorization"))
-            except Unauthorized as exc:
-                logger.warning("refused %s %s: 401 %s", scope["method"], scope["path"], exc)
-                await edge.send_response(send, _unauthorized(str(exc)), request)
-                return
-            if scope["method"] == "GET":
-                await edge.send_response(send, _no_stream(), request)
-                return
-            body = await edge.read_body(scope, receive, limit)
-        except edge.Refused as refused:
-            await edge.refuse(scope, send, refused)
+        # A GET (a server-initiated stream) is answered once its key is checked; its body never read.
+        admitted = await edge.admit(scope, receive, send, check=_origin_checked, authenticate=_caller,
+                                    read=scope["method"] != "GET")
+        if admitted is None:
             return
-        if body is None:  # the client went away
+        request, body, agent = admitted.request, admitted.body, admitted.caller
+        limit = edge.body_limit(scope["path"])
+        if scope["method"] == "GET":
+            await edge.send_response(send, _no_stream(), request)
             return
         if body:
             try:

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from askcards.http import serverguard
+from askcards.http import edge, serverguard
 from tests.serving import ROOT
 
 
@@ -21,7 +21,7 @@ from tests.serving import ROOT
     ("/api/docs/", False), ("/login/", False), ("/callbacks/feishu/cli_x/", False), ("/healthz", False),
 ])
 def test_the_keyed_routes(path, keyed):
-    assert serverguard.is_keyed(path) is keyed
+    assert edge.is_keyed(path) is keyed
 
 
 def test_a_percent_encoded_path_is_judged_as_the_application_will_route_it():
@@ -29,15 +29,15 @@ def test_a_percent_encoded_path_is_judged_as_the_application_will_route_it():
         _path = b"/api%2Fv1/tools/call?session=x"
 
     assert serverguard.request_path(Channel()) == "/api/v1/tools/call"
-    assert serverguard.is_keyed(serverguard.request_path(Channel()))
+    assert edge.is_keyed(serverguard.request_path(Channel()))
 
 
 def test_each_routes_body_limit(settings):
-    assert serverguard.body_limit("/api/v1/tools/call") == settings.DATA_UPLOAD_MAX_MEMORY_SIZE == 2_621_440
-    assert serverguard.body_limit("/callbacks/feishu/cli_x/") == 1024 * 1024
-    assert serverguard.body_limit("/callbacks/dingtalk/ding_x/") == 1024 * 1024
+    assert edge.body_limit("/api/v1/tools/call") == settings.DATA_UPLOAD_MAX_MEMORY_SIZE == 2_621_440
+    assert edge.body_limit("/callbacks/feishu/cli_x/") == 1024 * 1024
+    assert edge.body_limit("/callbacks/dingtalk/ding_x/") == 1024 * 1024
     settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
-    assert serverguard.body_limit("/callbacks/feishu/cli_x/") == 1000  # never above the global limit
+    assert edge.body_limit("/callbacks/feishu/cli_x/") == 1000  # never above the global limit
 
 
 def test_the_refusal_log_writes_the_first_line_then_one_summary_a_window(caplog):
