@@ -17,7 +17,7 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 
 from askcards.runtime import collector  # noqa: E402
 from askcards.api.longpoll import LongPollApp  # noqa: E402
-from askcards.consumers import PanelConsumer  # noqa: E402
+from askcards.pages.consumers import PanelConsumer  # noqa: E402
 from askcards.api.urls import LONG_POLL_VIEWS  # noqa: E402
 from askcards.callbacks import CallbackApp, dingtalk_handle, feishu_handle  # noqa: E402
 from askcards.http.edge import BoundedBody, OriginValidator, no_socket  # noqa: E402

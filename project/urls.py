@@ -3,10 +3,11 @@ from django.urls import include, path
 from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from askcards import callbacks, views
+from askcards import callbacks
+from askcards.pages import views
 
-handler400 = "askcards.views.bad_request"
-handler500 = "askcards.views.server_error"
+handler400 = "askcards.pages.views.bad_request"
+handler500 = "askcards.pages.views.server_error"
 
 urlpatterns = [
     path("", RedirectView.as_view(url="/panel/", permanent=False)),

@@ -118,7 +118,7 @@ async def test_every_tab_gets_the_answer_in_its_history_without_reading_it_again
     """The history line of an answered question ask (the person's own answers) comes with the push
     that closes it, made once where it was answered: the user's tabs, however many, list it without
     reading the ask again each."""
-    from askcards import consumers
+    from askcards.pages import consumers
 
     one, two = await _panel(users[0]), await _panel(users[0])
     outcome = await _ask(agent, web_session)

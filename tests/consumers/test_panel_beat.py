@@ -111,7 +111,7 @@ def test_a_beat_makes_again_the_presence_the_worker_purged(db):
 async def test_one_beat_serves_every_socket_and_outlives_a_disconnect(settings, agent, monkeypatch):
     """Three sockets of two users on one process: the process's single heartbeat task catches up
     the ones still connected after one of them left."""
-    from askcards import consumers
+    from askcards.pages import consumers
     from tests.consumers.test_panel import _panel
 
     settings.ASKCARDS_SURFACES = WEB

@@ -1,6 +1,6 @@
 """The person-facing web pages: sign-in and the live answer panel (SPEC §6.3).
 
-The panel page is a shell: everything it shows arrives over ``/ws/panel/`` (see consumers.py), so
+The panel page is a shell: everything it shows arrives over ``/ws/panel/`` (see ``consumers``), so
 a reload or a reconnect shows the same state. No build step — plain HTML, CSS and one script.
 """
 from django.contrib.auth import views as auth_views
