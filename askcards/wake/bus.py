@@ -42,7 +42,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.retry import Retry as SyncRetry
 
-from askcards.wake import hub as hubs
+from askcards.wake.common import LAYER_RETRY_SECONDS, REREAD, Registry, running_loop
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ def channel_prefix(url: str) -> str:
 
 
 class RedisBus:
-    def __init__(self, hub: hubs.Hub, url: str):
+    def __init__(self, hub: Registry, url: str):
         self.hub, self.url = hub, url
         self.prefix = channel_prefix(url)
         self.control = self.prefix + "process." + hub.origin  # keeps the connection subscribed with no key
@@ -116,7 +116,7 @@ class RedisBus:
         self._outage = True  # once per outage: one line a second per waiter would flood the log
         logger.warning("%s: Redis unreachable (%s: %s); wakes across processes are lost meanwhile and parked "
                        "requests re-read every %s s until it is back", what, type(exc).__name__, exc,
-                       hubs.LAYER_RETRY_SECONDS)
+                       LAYER_RETRY_SECONDS)
 
     # ----------------------------------------------------------------------------- joining
 
@@ -147,7 +147,7 @@ class RedisBus:
         if commands is None or loop is None:
             return
         command = ("UNSUBSCRIBE", self.channel(key))
-        if hubs._running_loop() is loop:
+        if running_loop() is loop:
             commands.put_nowait(command)
             return
         try:
@@ -165,7 +165,7 @@ class RedisBus:
                 raise
             except Exception as exc:
                 self._lost(exc)
-            await asyncio.sleep(hubs.LAYER_RETRY_SECONDS)
+            await asyncio.sleep(LAYER_RETRY_SECONDS)
 
     def _connection(self) -> Any:
         pool = ConnectionPool.from_url(self.url, retry=Retry(NoBackoff(), 0), client_name=f"askcards-bus-{os.getpid()}",
@@ -251,7 +251,7 @@ class RedisBus:
             self._outage = False
             logger.warning("Redis is back: wakes cross processes again")
         if recovered:
-            self.hub.broadcast({"type": hubs.REREAD})  # whatever was published meanwhile is read now
+            self.hub.broadcast({"type": REREAD})  # whatever was published meanwhile is read now
 
     def _lost(self, exc: BaseException) -> None:
         was_up, self.up, self._commands = self.up, False, None
@@ -264,14 +264,14 @@ class RedisBus:
         if self._settled is not None:
             self._settled.set()
         if was_up:
-            self.hub.broadcast({"type": hubs.REREAD})  # long waits switch to re-reading every second
+            self.hub.broadcast({"type": REREAD})  # long waits switch to re-reading every second
 
     # ---------------------------------------------------------------------------- publishing
 
     def publish(self, messages: list[tuple[str, dict[str, Any]]]) -> None:
         """To the other processes; never raises."""
         encoded = self._encode(messages)
-        if hubs._running_loop() is None:
+        if running_loop() is None:
             self._publish_now(encoded)
             return
         self._ensure_running()

@@ -23,10 +23,12 @@ from typing import Any, Protocol
 from asgiref.sync import SyncToAsync
 from django.conf import settings
 
+from askcards.wake.common import LAYER_RETRY_SECONDS, REREAD, running_loop
+
+__all__ = ["HUB", "INBOX_LIMIT", "LAYER_RETRY_SECONDS", "REREAD", "Hub", "Member", "Waiter", "unique_name"]
+
 logger = logging.getLogger(__name__)
 
-REREAD = "askcards.reread"  # what a waiter is handed when a message may have been lost
-LAYER_RETRY_SECONDS = 1.0  # while the bus is down, a parked request re-reads this often
 # A waiter's messages not yet taken; past it the oldest are dropped. A long-poll reads one per wake
 # and every wake means "read again", so a full inbox loses nothing a reader would not see at its
 # next read.
@@ -40,13 +42,6 @@ class Member(Protocol):
 
     def deliver(self, message: dict[str, Any]) -> None:
         """Take ``message``; called on ``loop``, never raises."""
-
-
-def _running_loop() -> asyncio.AbstractEventLoop | None:
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
 
 
 class Hub:
@@ -132,7 +127,7 @@ class Hub:
         messages and the bus gets them before this returns."""
         if not messages:
             return
-        if _running_loop() is None:
+        if running_loop() is None:
             loop = getattr(SyncToAsync.threadlocal, "main_event_loop", None)
             if loop is not None and loop.is_running():
                 loop.call_soon_threadsafe(self._publish_here, messages)
@@ -163,7 +158,7 @@ class Hub:
         self._hand(list(members), message, None)
 
     def _hand(self, members: list[Member], message: dict[str, Any], key: str | None) -> None:
-        here = _running_loop()
+        here = running_loop()
         for member in members:
             if member.loop is here or member.loop is None:
                 member.deliver(message)
