@@ -105,6 +105,13 @@ class BotForm(forms.ModelForm):
                 services.bot_update_check(bot=self.instance, **self.bot_changes)
             except InvalidInput as exc:
                 raise forms.ValidationError(exc.message) from None
+        elif self.instance.pk is None and not self.errors:
+            # An add is written by services.bot_add, which refuses what the platform does not use.
+            try:
+                services.bot_options_check(platform=cleaned["platform"], **{
+                    name: cleaned[name] for name in BOT_COLUMNS if name in self.fields and name in cleaned})
+            except InvalidInput as exc:
+                raise forms.ValidationError(exc.message) from None
         return cleaned
 
 

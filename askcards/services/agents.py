@@ -200,11 +200,13 @@ BOT_BASE_URLS: dict[str, str] = {
 def bot_add(
     *, platform: str, app_id: str, app_secret: str, base_url: str = "", **secrets_and_options: str | bool
 ) -> Bot:
-    """Register a Feishu or DingTalk app. Secrets are encrypted at rest."""
+    """Register a Feishu or DingTalk app. Secrets are encrypted at rest. InvalidInput for an option
+    the platform does not use (``bot_options_check``), as ``bot_update`` refuses it."""
     if platform not in Bot.Platform.values:
         raise InvalidInput(f"platform must be feishu or dingtalk, got {platform!r}")
     if not app_id.strip() or not app_secret.strip():
         raise InvalidInput("app id and app secret must not be blank")
+    bot_options_check(platform=platform, **secrets_and_options)
     _check_columns(Bot, app_id=app_id, app_secret=app_secret, base_url=base_url, **secrets_and_options)
     if Bot.objects.filter(platform=platform, app_id=app_id).exists():
         raise InvalidInput(f"a {platform} bot with id {app_id!r} already exists")
@@ -227,6 +229,27 @@ BOT_OPTIONS: dict[str, frozenset[str]] = {
 BOT_SECRETS = ("app_secret", "verification_token", "encrypt_key", "api_secret")
 
 
+def _column_default(model: type[models.Model], name: str) -> object:
+    field = model._meta.get_field(name)
+    return field.get_default() if isinstance(field, models.Field) else None
+
+
+def _unused_refusal(platform: str, names: list[str]) -> InvalidInput:
+    allowed = BOT_OPTIONS[platform] | {"app_secret"}
+    return InvalidInput(f"a {platform} bot has no {', '.join(names)} (it takes: {', '.join(sorted(allowed))})")
+
+
+def bot_options_check(*, platform: str, **options: str | bool | None) -> None:
+    """InvalidInput when ``options`` give a value, other than the field's default, to something a
+    ``platform`` bot does not use (a Feishu bot's template id, a DingTalk bot's encrypt key): it
+    would be stored and never read. A form adding a bot checks its input with this."""
+    allowed = BOT_OPTIONS[platform] | {"app_secret"}
+    wrong = sorted(name for name, value in options.items() if name not in allowed and value is not None
+                   and value != _column_default(Bot, name))
+    if wrong:
+        raise _unused_refusal(platform, wrong)
+
+
 def bot_get(*, platform: str, app_id: str) -> Bot:
     """The bot of this platform and app id (active or not); NotFound saying how to list them."""
     if platform not in Bot.Platform.values:
@@ -245,7 +268,7 @@ def bot_update_check(*, bot: Bot, **changes: str | bool | None) -> dict[str, str
     allowed = BOT_OPTIONS[bot.platform] | {"app_secret"}
     wrong = sorted(name for name, value in changes.items() if value is not None and name not in allowed)
     if wrong:
-        raise InvalidInput(f"a {bot.platform} bot has no {', '.join(wrong)} (it takes: {', '.join(sorted(allowed))})")
+        raise _unused_refusal(bot.platform, wrong)
     wanted = {name: value for name, value in changes.items() if value is not None}
     if "app_secret" in wanted and not str(wanted["app_secret"]).strip():
         raise InvalidInput("the app secret cannot be cleared; give the new one")

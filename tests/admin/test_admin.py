@@ -383,6 +383,18 @@ def test_bot_add_requires_app_secret(admin_client):
 
 
 
+def test_bot_add_with_an_option_the_platform_does_not_use_is_a_form_error(admin_client):
+    response = admin_client.post(admin_url("bot", "add"), {
+        "platform": "feishu", "app_id": "cli_x", "callback_mode": "http", "is_active": "on", "app_secret": "s",
+        "template_id": "tpl_feishu",
+    })
+    assert response.status_code == 200
+    assert response.context["adminform"].form.non_field_errors() == [
+        "a feishu bot has no template_id (it takes: app_secret, base_url, encrypt_key, is_active, name, "
+        "verification_token)"]
+    assert not Bot.objects.exists()
+
+
 def test_bot_add_of_an_app_already_registered_is_a_form_error_not_a_server_error(admin_client, feishu_bot):
     response = admin_client.post(admin_url("bot", "add"), {
         "platform": "feishu", "app_id": feishu_bot.app_id, "callback_mode": "http", "is_active": "on",

@@ -188,6 +188,18 @@ def test_update_service_refuses_a_field_the_platform_does_not_use(feishu_bot):
     assert Bot.objects.get(pk=feishu_bot.pk).api_secret == ""
 
 
+def test_add_service_refuses_an_option_the_platform_does_not_use(db):
+    with pytest.raises(services.agents.InvalidInput, match="a feishu bot has no api_secret, template_id"):
+        services.bot_add(platform="feishu", app_id="cli_unused", app_secret="s", api_secret="x", template_id="tpl")
+    with pytest.raises(services.agents.InvalidInput, match="a dingtalk bot has no encrypt_key"):
+        services.bot_add(platform="dingtalk", app_id="ding_unused", app_secret="s", encrypt_key="k")
+    assert not Bot.objects.exists()
+    # The field's default (what a form or command passes for a field left alone) is no option given.
+    bot = services.bot_add(platform="feishu", app_id="cli_plain", app_secret="s", api_secret="", template_id="",
+                           callback_mode=Bot.CallbackMode.HTTP)
+    assert (bot.api_secret, bot.template_id) == ("", "")
+
+
 def test_update_unknown_bot_fails_clearly(db):
     with pytest.raises(CommandError, match="no dingtalk bot with id 'ding_nope'"):
         run("update", "dingtalk", "ding_nope", "--name", "x")
