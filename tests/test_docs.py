@@ -62,3 +62,33 @@ def test_the_site_builds_with_no_broken_link(tmp_path):
     )
     assert built.returncode == 0, built.stderr[-3000:]
     assert (tmp_path / "site" / "agents" / "mcp" / "index.html").exists()
+
+
+def _tree_names(indent: int) -> list[tuple[str, list[str]]]:
+    """The architecture page's tree: (line's names, their parent's path) at ``indent`` spaces under
+    ``askcards/`` — ``models/``, ``outbox.py``, ``admin/, management/commands/`` name entries."""
+    block = (DOCS / "architecture.md").read_text(encoding="utf-8").split("```")[1]
+    found, parent = [], ""
+    for line in block.splitlines():
+        depth = len(line) - len(line.lstrip(" "))
+        head = re.match(r"\s*((?:[a-z_]+(?:/[a-z_]+)*/?(?:\.py)?)(?:, [a-z_]+(?:/[a-z_]+)*/?(?:\.py)?)*)(?:\s{2,}|$)", line)
+        if head is None or depth not in (2, 4):
+            continue
+        names = head.group(1).split(", ")
+        if depth == 2:
+            parent = names[0]
+        if depth == indent:
+            found.append((parent if depth == 4 else "", names))
+    return found
+
+
+def test_the_architecture_page_names_every_module_of_the_tree_and_no_other():
+    """Every package and loose module of askcards/ has its line on the architecture page, and every
+    entry there (``services/``'s modules too) exists: a move or a new room updates the page."""
+    package = ROOT / "askcards"
+    named = {name.split("/")[0].removesuffix("/") for _, names in _tree_names(2) for name in names}
+    present = {path.name for path in package.iterdir() if not path.name.startswith(("_", "."))
+               and (path.suffix == ".py" or (path / "__init__.py").exists())}
+    assert named == present - {"apps.py", "migrations"}
+    services = {name for parent, names in _tree_names(4) if parent == "services/" for name in names}
+    assert services == {path.name for path in (package / "services").glob("*.py")} - {"__init__.py"}
