@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from .. import crypto
+from ..db import statements
 from ..errors import Unauthenticated
 from ..models import Agent
 
@@ -27,9 +28,9 @@ def agent_for_authorization(header: str | bytes | None) -> Agent:
         raise Unauthenticated(
             f"Invalid Authorization header: expected exactly one key after '{BEARER}', without spaces.", "invalid_key"
         )
-    # The webhook secret is read only by the worker: an agent whose stored secret the current
-    # ASKCARDS_SECRET_KEY cannot decrypt (askcards.E002) still uses the API.
-    agent = Agent.objects.defer("webhook_secret").filter(key_hash=crypto.hash_agent_key(parts[1])).first()
+    # The webhook secret is not read (askcards.E002: an agent whose stored secret the current
+    # ASKCARDS_SECRET_KEY cannot decrypt still uses the API).
+    agent = statements.agent_by_key_hash(crypto.hash_agent_key(parts[1]))
     if agent is None:
         raise Unauthenticated("Invalid agent key.", "invalid_key")
     if not agent.is_active:

@@ -256,6 +256,19 @@ def same_row(read, expected) -> bool:
         getattr(expected, f.attname) for f in type(expected)._meta.concrete_fields]
 
 
+def test_agent_by_key_hash_reads_the_agent_as_the_orm_does_but_its_webhook_secret(db):
+    from askcards import crypto, services
+    from askcards.models import Agent
+
+    agent, key = services.agent_create(name="keyed", webhook_url="https://agent.example/hook")
+    found = statements.agent_by_key_hash(crypto.hash_agent_key(key))
+    by_orm = Agent.objects.get(pk=agent.pk)
+    assert found.get_deferred_fields() == {"webhook_secret"}
+    assert {f.attname: getattr(found, f.attname) for f in Agent._meta.concrete_fields if f.name != "webhook_secret"} == {
+        f.attname: getattr(by_orm, f.attname) for f in Agent._meta.concrete_fields if f.name != "webhook_secret"}
+    assert statements.agent_by_key_hash(crypto.hash_agent_key(key + "x")) is None
+
+
 def test_agent_ask_reads_the_agents_ask_with_its_session_and_nobody_elses(feishu_ask, feishu_session, other_agent):
     ask = statements.agent_ask(agent_id=feishu_ask.agent_id, ask_id=feishu_ask.pk)
     assert same_row(ask, Ask.objects.get(pk=feishu_ask.pk)) and ask.questions == [{"question": "数据库？"}]

@@ -45,6 +45,38 @@ def _clicked_ask_sql(alias: str) -> str:
     )
 
 
+def agent_by_key_hash(key_hash: str) -> Any:
+    """The agent whose key hashes to ``key_hash``, its webhook secret not read (only the worker
+    reads it: an agent whose stored secret the current key cannot decrypt still uses the API), or
+    None. Every keyed request's first read (``selectors.agent_for_authorization``), and most of
+    what a parked long-poll's re-poll does: as ORM code, compiling it cost more than the database's
+    work."""
+    from askcards.models import Agent
+
+    connection = connection_for(Agent)
+    with connection.cursor() as cursor:
+        cursor.execute(_agent_by_key_sql(connection.alias), [key_hash])
+        row = cursor.fetchone()
+    return None if row is None else instance(Agent, connection, _api_agent_fields(), row)
+
+
+@functools.lru_cache(maxsize=None)
+def _api_agent_fields() -> tuple[str, ...]:
+    from askcards.models import Agent
+
+    return tuple(name for name in field_names(Agent) if name != "webhook_secret")
+
+
+@functools.lru_cache(maxsize=None)
+def _agent_by_key_sql(alias: str) -> str:
+    from askcards.models import Agent
+
+    connection = connections[alias]
+    q = functools.partial(quote, connection)
+    columns = ", ".join(q(column(concrete_field(Agent, name))) for name in _api_agent_fields())
+    return f"SELECT {columns} FROM {q(Agent._meta.db_table)} WHERE {q('key_hash')} = %s LIMIT 1"
+
+
 def agent_ask(*, agent_id: int, ask_id: str) -> Any:
     """Agent ``agent_id``'s ask ``ask_id`` with its ``session``, or None: what a woken long-poll,
     MCP call or task-result wait reads (``selectors.ask_get``). As ORM code (``select_related``)
