@@ -131,6 +131,7 @@ class LongPollApp:
         if admitted is None:
             return
         agent, body = admitted.caller, admitted.body
+        del admitted  # the edge's request is not needed past the prologue: a parked long-poll does not hold it
         request = ASGIRequest({**scope, PARKS: True}, BytesIO(body))
         if agent is not None:
             # Authenticated above, before the body was read: DRF's Request takes this attribute

@@ -147,6 +147,7 @@ class McpApp:
         if admitted is None:
             return
         request, body, agent = admitted.request, admitted.body, admitted.caller
+        del admitted  # a parked call lets go of the request and the body below: nothing else may hold them
         limit = edge.body_limit(scope["path"])
         if scope["method"] == "GET":
             await edge.send_response(send, _no_stream(), request)
