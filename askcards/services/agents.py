@@ -219,11 +219,13 @@ def bot_add(
     return bot
 
 
-# What each platform's bot may set besides its id and app secret (the rest means nothing to it).
+# What each platform's bot may set besides its id (the rest means nothing to it).
 BOT_OPTIONS: dict[str, frozenset[str]] = {
-    Bot.Platform.FEISHU: frozenset({"name", "base_url", "verification_token", "encrypt_key", "is_active"}),
+    Bot.Platform.FEISHU: frozenset(
+        {"app_secret", "name", "base_url", "verification_token", "encrypt_key", "is_active"}
+    ),
     Bot.Platform.DINGTALK: frozenset(
-        {"name", "base_url", "api_secret", "template_id", "callback_mode", "is_active"}
+        {"app_secret", "name", "base_url", "api_secret", "template_id", "callback_mode", "is_active"}
     ),
 }
 BOT_SECRETS = ("app_secret", "verification_token", "encrypt_key", "api_secret")
@@ -235,16 +237,15 @@ def _column_default(model: type[models.Model], name: str) -> object:
 
 
 def _unused_refusal(platform: str, names: list[str]) -> InvalidInput:
-    allowed = BOT_OPTIONS[platform] | {"app_secret"}
-    return InvalidInput(f"a {platform} bot has no {', '.join(names)} (it takes: {', '.join(sorted(allowed))})")
+    takes = ", ".join(sorted(BOT_OPTIONS[platform]))
+    return InvalidInput(f"a {platform} bot has no {', '.join(names)} (it takes: {takes})")
 
 
 def bot_options_check(*, platform: str, **options: str | bool | None) -> None:
     """InvalidInput when ``options`` give a value, other than the field's default, to something a
     ``platform`` bot does not use (a Feishu bot's template id, a DingTalk bot's encrypt key): it
     would be stored and never read. A form adding a bot checks its input with this."""
-    allowed = BOT_OPTIONS[platform] | {"app_secret"}
-    wrong = sorted(name for name, value in options.items() if name not in allowed and value is not None
+    wrong = sorted(name for name, value in options.items() if name not in BOT_OPTIONS[platform] and value is not None
                    and value != _column_default(Bot, name))
     if wrong:
         raise _unused_refusal(platform, wrong)
@@ -265,8 +266,8 @@ def bot_update_check(*, bot: Bot, **changes: str | bool | None) -> dict[str, str
     values ({} when nothing changes). InvalidInput for what it refuses: a field the platform does
     not use, a blank app secret, a value too long for its column, an invalid base URL or callback
     mode. ``bot`` is left as it was (a form checks its input with this before saving)."""
-    allowed = BOT_OPTIONS[bot.platform] | {"app_secret"}
-    wrong = sorted(name for name, value in changes.items() if value is not None and name not in allowed)
+    takes = BOT_OPTIONS[bot.platform]
+    wrong = sorted(name for name, value in changes.items() if value is not None and name not in takes)
     if wrong:
         raise _unused_refusal(bot.platform, wrong)
     wanted = {name: value for name, value in changes.items() if value is not None}
