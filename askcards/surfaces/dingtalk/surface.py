@@ -47,13 +47,17 @@ BATCH = 50
 NOTICE = "user_notice"
 
 
+def new_client(bot: Bot, **options: Any) -> DingTalkClient:
+    """A new client of the bot (no connection or token reused): the one place one is built.
+    ``options``: DingTalkClient's (timeout, max_attempts, backoff)."""
+    return DingTalkClient(bot.app_id, bot.app_secret, bot.base_url, **options)
+
+
 def client_for(bot: Bot, *, max_attempts: int = 1) -> DingTalkClient:
     """This thread's client of the bot (its HTTP connection to DingTalk is reused).
 
     One attempt per PUT by default: the sync lane retries through next_sync_at instead of sleeping."""
-    return thread_client(
-        bot, lambda: DingTalkClient(bot.app_id, bot.app_secret, bot.base_url, max_attempts=max_attempts), max_attempts
-    )
+    return thread_client(bot, lambda: new_client(bot, max_attempts=max_attempts), max_attempts)
 
 
 def template_for(bot: Bot) -> str:
@@ -137,8 +141,7 @@ class DingTalkSurface(Surface):
     platform = Bot.Platform.DINGTALK
 
     def client(self, bot: Bot, *, timeout: float, max_attempts: int, backoff: float) -> DingTalkClient:
-        return DingTalkClient(bot.app_id, bot.app_secret, bot.base_url, timeout=timeout, max_attempts=max_attempts,
-                              backoff=backoff)
+        return new_client(bot, timeout=timeout, max_attempts=max_attempts, backoff=backoff)
 
     def reachable(self, session: Session, tool: str) -> bool:
         if tool != dt.NAME or session.platform != Session.Platform.DINGTALK or session.is_subagent:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from django.conf import settings
 from django.db.models import QuerySet
@@ -49,11 +50,17 @@ MAX_FORMS = 30
 
 
 
+def new_client(bot: Bot, **options: Any) -> FeishuClient:
+    """A new client of the bot (no connection or token reused): the one place one is built.
+    ``options``: FeishuClient's (timeout, max_attempts, backoff)."""
+    return FeishuClient(bot.app_id, bot.app_secret, bot.base_url, **options)
+
+
 def client_for(bot: Bot) -> FeishuClient:
     """This thread's client of the bot (its HTTP connection to Feishu is reused).
 
     One attempt per push: the sync lane retries through next_sync_at instead of sleeping."""
-    return thread_client(bot, lambda: FeishuClient(bot.app_id, bot.app_secret, bot.base_url, max_attempts=1))
+    return thread_client(bot, lambda: new_client(bot, max_attempts=1))
 
 
 def latest_card(session: Session) -> ProgressCard | None:
@@ -146,8 +153,7 @@ class FeishuSurface(Surface):
     platform = Bot.Platform.FEISHU
 
     def client(self, bot: Bot, *, timeout: float, max_attempts: int, backoff: float) -> FeishuClient:
-        return FeishuClient(bot.app_id, bot.app_secret, bot.base_url, timeout=timeout, max_attempts=max_attempts,
-                            backoff=backoff)
+        return new_client(bot, timeout=timeout, max_attempts=max_attempts, backoff=backoff)
 
     def reachable(self, session: Session, tool: str) -> bool:
         if tool != TOOL or session.platform != Session.Platform.FEISHU or session.is_subagent:
