@@ -15,7 +15,6 @@ from askcards.operators import dashboard
 from askcards import services
 from askcards.db.statements import SecondsBetween
 from askcards.models import Ask, OutboxEvent, Respondent
-from tests.admin.test_admin import admin_url
 
 NOW = datetime(2026, 11, 20, 12, 0, tzinfo=dt_timezone.utc)
 DASHBOARD = "/admin/askcards/ask/dashboard/"
