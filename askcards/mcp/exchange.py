@@ -3,7 +3,7 @@ served without the SDK's per-request machinery, on both protocol eras.
 
 The SDK's stateless Streamable HTTP path builds a whole server connection for every POST (its
 router, a dispatcher loop, four memory-stream pairs and an ``EventSourceResponse`` with five tasks
-of its own: eleven tasks per parked call, three times a REST long-poll's memory by
+of its own: eleven tasks per parked call, several times a REST long-poll's memory in
 ``bench_mcp``). A parked call needs one task: this module runs the request through the
 SDK's own kernel (``serve_one``: its validation, middleware, handlers and result serialization,
 the same as on its transport) and frames the answer itself the way the SDK frames a 2026-07-28

@@ -4,7 +4,7 @@ The SDK puts ``OpenTelemetryMiddleware`` first on every server: a SERVER span ar
 inbound message, which records nothing until a tracer provider (an OpenTelemetry SDK, an
 exporter) is installed in the process. Its span, the tracers' context managers and their frames
 live as long as the message is served, which for a parked ``tools/call`` is until its ask ends:
-about 5 kB per parked call that trace nothing. So the middleware runs when a provider is
+memory held by every parked call, tracing nothing. So the middleware runs when a provider is
 configured (``opentelemetry.trace.set_tracer_provider``, or ``OTEL_PYTHON_TRACER_PROVIDER``),
 looked up per message, and is skipped otherwise.
 """

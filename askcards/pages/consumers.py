@@ -34,8 +34,8 @@ INBOX_LIMIT = 1000
 
 # The panel sockets' own database threads: not Channels' ``database_sync_to_async``, which is
 # thread-sensitive (daphne gives consumers no context of their own), so every socket of a process
-# ran its reads and answers on ONE thread, one after another — at a thousand sockets a process,
-# wakes queued for seconds (bench_scaleout). Apart from the request pool,
+# ran its reads and answers on ONE thread, one after another — with many sockets a process,
+# wakes queued behind each other (bench_scaleout). Apart from the request pool,
 # so a thousand sockets' heartbeats never queue ahead of long-polls and MCP calls, nor those ahead
 # of an answer. With the default pool's min(32, cores + 4) threads and the one thread Channels'
 # auth uses at connect, that is ASKCARDS_DB_POOL_MAX (10) connections on 2 cores.
@@ -94,8 +94,8 @@ class PanelBeat:
     """The heartbeat of every panel socket of this process: one task, one ``panels_catch_up`` every
     ``HEARTBEAT_SECONDS`` for all of them, and ``PUSH_GRACE_SECONDS`` later a second look at the
     sockets that differed from the database (``PanelView.suspects``). One beat per socket was a
-    presence write and two reads per socket every 30 s: at 2000 sockets a process, 67 round trips a
-    second that pushes queued behind (bench_scaleout).
+    presence write and two reads per socket every 30 s: round trips that grew with the sockets of a
+    process, and that pushes queued behind (bench_scaleout).
 
     The task runs while sockets are joined, on their event loop. A server has one loop; tests run
     one each, and a socket a test left open belongs to a loop that is gone: a join on another

@@ -4,26 +4,25 @@ not stall every answer now and then.
 CPython's collector examines every tracked object of the oldest generation on a full collection,
 with the whole process stopped. A parked waiter keeps a hundred or more such objects alive (its
 task, coroutines, request objects, the server's for its connection), so a process holding
-thousands paused for hundreds of milliseconds on each full collection, every minute or two,
-each holding up the wakes queued behind it (the scale-out benchmark's tail). Yet
+thousands paused long on each full collection, and full collections came often, each pause
+holding up the wakes queued behind it (the scale-out benchmark's tail). Yet
 nearly all of those objects are no cycle's garbage: a parked waiter is freed by reference
 counting when it ends (the long-poll, MCP and panel tests check that what a waiter held is in no
 cycle by then, ``tests/cycles.py``).
 
 So ``settle()``, once start-up is over (``project.asgi``, under whichever server runs it):
 
-- freezes (``gc.freeze()``) what start-up made (modules, settings, URL patterns: about 180,000
-  objects), which lives as long as the process;
-- turns CPython's own full collections off and makes one every ``PACE_SECONDS`` from a thread of
-  its own, which examines only what is not frozen (what survived since the last: a few thousand to
-  a few tens of thousands of objects, milliseconds to tens of them) and then freezes what survived
-  it. A frozen object is still freed the moment its last reference goes; only a cycle among
-  frozen objects is not found. That is bounded: once the process's resident memory is ``GROWTH``
-  times what it was right after the last collection of everything, the next collection examines
-  everything (one long pause, as every full collection was before, but only when memory has
-  doubled: more waiters, or such cycles). Memory is read from ``/proc/self/statm``, a few
-  microseconds; counting the frozen objects instead (``gc.get_freeze_count()``) walks them all,
-  as long as a collection of them.
+- freezes (``gc.freeze()``) what start-up made (modules, settings, URL patterns), which lives
+  as long as the process;
+- turns CPython's own full collections off and makes one every ``PACE_SECONDS`` from a thread of its
+  own, which examines only what is not frozen (what survived since the last: far fewer objects, a
+  far shorter pause) and then freezes what survived it. A frozen object is still freed the moment
+  its last reference goes; only a cycle among frozen objects is not found. That is bounded: once the
+  process's resident memory is ``GROWTH`` times what it was right after the last collection of
+  everything, the next collection examines everything (one long pause, as every full collection was
+  before, but only when memory has doubled: more waiters, or such cycles). Memory is read from
+  ``/proc/self/statm``, next to nothing; counting the frozen objects instead
+  (``gc.get_freeze_count()``) walks them all, as long as a collection of them.
 
 The young generations keep CPython's thresholds: most objects a request makes die there.
 ``PACE_SECONDS = 0`` (the test suite's own process) keeps CPython's full collections, spaced

@@ -93,7 +93,8 @@ def panel_pending_ids(usernames: Iterable[str]) -> dict[str, set[str]]:
     Two statements per ``PANEL_BEAT_CHUNK`` users, each with one plan whatever the planner believes:
     the users' sessions by ``web_user``, then their pending asks by ``(session_id, status)``. One
     join read every pending ask of the deployment on this PostgreSQL (no statistics yet: the
-    planner chose the status index); 2000 sockets' catch-ups took both cores."""
+    planner chose the status index), and the sockets' catch-ups kept the whole machine busy
+    (bench_scaleout)."""
     names = sorted(set(usernames))
     found: dict[str, set[str]] = {}
     for start in range(0, len(names), PANEL_BEAT_CHUNK):

@@ -26,7 +26,7 @@ def _bound(shape: type[OutputSerializer]) -> OutputSerializer:
 
 
 # An output-only serializer. ``Shape.of(obj)`` is ``Shape(obj).data``, rendered by one shared
-# instance: a new serializer binds a copy of every field (for an ask that costs some 40 times the
+# instance: a new serializer binds a copy of every field (for an ask that costs far more than the
 # rendering itself), while ``to_representation`` keeps no state, so threads may share one. (No
 # docstring: the schema would show it as the description of every shape that has none.)
 class OutputSerializer(serializers.Serializer):

@@ -32,8 +32,8 @@ def http_session(base_url: str) -> requests.Session:
     """The HTTP session a platform client talks to ``base_url`` with.
 
     Proxies (``HTTPS_PROXY``/``NO_PROXY``) and a CA bundle (``REQUESTS_CA_BUNDLE``) are taken from
-    the environment once, here: requests would re-read the whole environment on every call, a tenth
-    of a card push's CPU in tests/bench."""
+    the environment once, here: requests would re-read the whole environment on every call, a
+    noticeable share of a card push's CPU in tests/bench."""
     session = requests.Session()
     session.proxies.update(requests.utils.get_environ_proxies(base_url))
     bundle = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")

@@ -2,11 +2,11 @@
 
 The ORM writes every other statement. A statement is written out only where that was measured to
 matter on a hot path, against the ORM code it replaces (``tests/bench/bench_statements.py`` and,
-for the reads of a wake, ``bench_longpoll``): about 5 % of its path's CPU or more; below that it
-goes back to the ORM (the rule, and the list, in docs/performance.md; the figures each was
-decided on, in that file's git history). Each function builds its text once
-per database (cached by the connection's alias) and runs it on that connection; names in the text
-go through ``quote`` only.
+for the reads of a wake, ``bench_longpoll``): a share of its path's CPU at the threshold or more;
+below that it goes back to the ORM (the rule with its threshold, and the list, in
+docs/performance.md; the figures each was decided on, in that file's git history). Each function
+builds its text once per database (cached by the connection's alias) and runs it on that
+connection; names in the text go through ``quote`` only.
 
 Its parts: ``base`` (quoting, columns, rows made into instances), ``reads`` (the hot reads),
 ``writes`` (the hot writes), ``vendor`` (what each database does its own way).

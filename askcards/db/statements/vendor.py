@@ -71,7 +71,7 @@ def commit_without_flush_wait(model: type[models.Model]) -> None:
     """Inside a transaction on PostgreSQL: its COMMIT returns before the WAL reaches the disk
     (``SET LOCAL synchronous_commit TO OFF``). For soft state only — panel presence, rewritten
     every 30 s and trusted for 90 s: a database crash loses at most the last moment of heartbeats.
-    At 2000 sockets on a PostgreSQL whose disk was busy, each presence UPDATE's own flush kept the
+    With many sockets on a PostgreSQL whose disk was busy, each presence UPDATE's own flush kept the
     panel sockets' database threads waiting (bench_scaleout). Elsewhere a no-op."""
     connection = connection_for(model)
     if connection.vendor == "postgresql":
