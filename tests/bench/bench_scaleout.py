@@ -37,8 +37,8 @@ Every step is bounded in time and count, every connection is to 127.0.0.1:
    - panel-only asks have no agent waiting: their waiter is the user's watcher socket.
 5. Answers over the answerer sockets on a fixed schedule, users in turn, so consecutive answers go
    out on A and B alternately: first ``--warmup`` answers (20) at 5/s, in no figure but losses
-   (each process's first answers pay once for what it has not done yet: the first of one round here
-   woke its watcher in 160 ms, the ones after in 12); then the capacity probe, steps of
+   (each process's first answers pay once for what it has not done yet: the first ones woke their
+   watchers far later than the ones after); then the capacity probe, steps of
    ``--capacity-seconds`` (10) at rising rates from ``--capacity-start`` (10/s: doubling until a
    step misses wake p99 < 100 ms or loses one, then bisecting); then the steady phase,
    ``--steady-seconds`` (120) at ``--rate``, by default the target's 40/s when the probe held it
@@ -463,7 +463,7 @@ async def bench(args: argparse.Namespace, ports: list[int], servers: list[subpro
             # --- REST long-polls
             t0 = time.monotonic()
             # REST clients keep waiting until every answer has gone out, then --bound s more: a phase
-            # that runs long (MCP parking took 17 minutes at 10,000 waiters here) ends no wait early.
+            # that runs long (MCP parking can take many minutes at the full size) ends no wait early.
             polling = {"until": math.inf}
             tasks += [asyncio.ensure_future(rest_wait(http, bases[w.server], key, w, polling)) for w in by_kind["rest"]]
             await until(lambda: all(w.call.headers_sent for w in by_kind["rest"]), 60 + len(by_kind["rest"]) / 50)
@@ -503,8 +503,8 @@ async def bench(args: argparse.Namespace, ports: list[int], servers: list[subpro
 
             launcher = asyncio.ensure_future(launch())
             # Bounded by progress, not by a rate: on a machine the parked waiters already keep busy
-            # the calls park slowly (2 a second at 10,000 waiters on 2 cores), and a slow phase is a
-            # figure; only a minute without one more call shown (or failed) stops the run.
+            # the calls park slowly, and a slow phase is a figure; only a minute without one more
+            # call shown (or failed) stops the run.
             await until_stalled(lambda: sum(1 for w in by_kind["mcp"] if not (w.call.shown.is_set() or w.call.done)),
                                 60 + len(by_kind["mcp"]), stall=60)
             if not launcher.done():

@@ -4,8 +4,8 @@ and the rounds (``--rounds N``) with their summary table.
 Each benchmark prints, at its start and at its end, a build line (the git commit, ``+dirty`` when
 the tree has changes; Python and the key libraries' versions) and a machine line: the cores
 (``os.cpu_count()`` and this process's CPU affinity), the load average and the CPU yardstick, a
-fixed pure-Python workload (``YARDSTICK_LOOPS`` turns of a loop of dict, string and integer work,
-about 0.5 s of CPU on the 2-core machine this was written on) timed in the benchmark's own process.
+fixed pure-Python workload (``YARDSTICK_LOOPS`` turns of a loop of dict, string and integer work)
+timed in the benchmark's own process.
 The code is the same for every benchmark, so figures from different runs can be set against what
 the machine did right then: wall time well above the process CPU means other processes took the
 cores. A load average above ``BUSY_LOAD_PER_CORE`` per core at the start prints "machine not
@@ -320,9 +320,9 @@ def run_rounds(title: str, rounds: int, measure: Callable[[int], list[Figure]], 
 def analyze(database_url: str) -> None:
     """``ANALYZE`` a benchmark's PostgreSQL database, as autovacuum does on its own once a table
     has changed by a tenth (on by default). A server may run with autovacuum off (this project's
-    CI machine does), and without statistics the planner guesses: at 1,000 users granted to one
-    agent it chose to walk every grant for each panel read (five milliseconds each, not fifty
-    microseconds). A deployment has statistics; so do the measurements (after seeding)."""
+    CI machine does), and without statistics the planner guesses: with a thousand users granted
+    to one agent it chose to walk every grant for each panel read, many times slower than the
+    index. A deployment has statistics; so do the measurements (after seeding)."""
     import psycopg
 
     with psycopg.connect(database_url, autocommit=True, connect_timeout=5) as conn:

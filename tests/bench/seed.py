@@ -6,8 +6,8 @@ the benchmarks (``bench_scale``) and of the tests at size (``tests/largedb.py``)
         [--agent NAME] [--bot-app-id APP_ID]
 
 Everything is written by ``INSERT … SELECT … generate_series`` in one transaction (no Python
-loop per row), then ``ANALYZE``: on this machine the full size (1.1 M asks, 1.1 M respondents,
-3.2 M audit rows, 1 M outbox events) takes two to three minutes. API for other scripts and tests:
+loop per row), then ``ANALYZE`` (the full size: 1.1 M asks, 1.1 M respondents, 3.2 M audit
+rows, 1 M outbox events). API for other scripts and tests:
 
 - ``seed(conn, size=Size(...), *, agent=None, bot_app_id=None, now=None, progress=None) ->
   dict[str, int]``: ``conn`` is a psycopg connection to the database (migrated; no rows seeded

@@ -28,7 +28,7 @@ def machine(load: float, cores: int = 2) -> Machine:
 
 @pytest.fixture
 def quiet_machine(monkeypatch: pytest.MonkeyPatch) -> list[float]:
-    """read_machine without the 0.5 s yardstick; the loads it reports, one per call, are the list's."""
+    """read_machine without running the yardstick; the loads it reports, one per call, are the list's."""
     loads = [0.2]
 
     def read() -> Machine:
