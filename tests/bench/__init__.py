@@ -1,5 +1,2 @@
-# The benchmarks measure askcards at sizes far past any one agent's default quotas (thousands of
-# asks a minute, thousands of parked waits): their agent is given no limits, as an operator would
-# (``askcards_agent quotas NAME --pending-asks 0 …``).
-NO_QUOTAS = ("--pending-asks", "0", "--pending-per-respondent", "0", "--parked-waits", "0",
-             "--asks-per-minute", "0", "--ask-burst", "0")
+"""The benchmarks (``bench_*.py``). What more than one of them uses is in ``harness.py`` (processes,
+servers, clients, the fixture seeder) and ``common.py`` (the report: rounds, machine line, figures)."""

@@ -13,12 +13,13 @@ Per target, every step bounded in time and count, every connection to 127.0.0.1 
    token, card sends and PATCHes with Feishu-like success, so the worker's card-sync lane never
    retries errors during the run.
 3. ``migrate``, ``askcards_bot add feishu`` (verification token, encrypt key, ``--base-url`` the
-   stub), ``askcards_agent create``; then one seeding process (``services`` calls, as the API
-   would make them): Feishu p2p sessions (``feishu-<app>-private-<open_id>``), each with a
-   running progress card (``services.progress_put``) and ``--asks-per-card`` pending
-   ``ask_user_questions`` asks (``services.tool_call``), enough for every submit of the run to
-   answer a different ask. The cards are then marked as already sent (message id
-   ``om_bench_<pk>``, synced version = version), standing for cards that are live on Feishu.
+   stub), the agent with its quotas lifted (``tests.bench.harness.seed_fixture``); then one seeding
+   process (``harness.seed_cards``: ``services`` calls, as the API would make them): Feishu p2p
+   sessions (``feishu-<app>-private-<open_id>``), each with a running progress card
+   (``services.progress_put``) and ``--asks-per-card`` pending ``ask_user_questions`` asks
+   (``services.tool_call``), enough for every submit of the run to answer a different ask. The
+   cards are then marked as already sent (message id ``om_bench_<pk>``, synced version = version),
+   standing for cards that are live on Feishu.
 4. The server: ``sqlite``: ``manage.py serve`` (one process: daphne + the worker's lanes);
    ``postgres``: ``daphne -b 127.0.0.1 -p PORT project.asgi:application`` plus a separate
    ``manage.py askcards_worker``, both with ``DATABASE_URL=postgres://…/askcards_bench``.
@@ -41,51 +42,54 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
-import secrets
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 
-from askcards.surfaces.feishu import security
-from tests.bench import NO_QUOTAS
-from tests.bench.bench_longpoll import (
-    HOST,
-    PROJECT_DIR,
-    PYTHON,
-    Profiler,
-    free_port,
-    percentile,
-    proc_cpu_seconds,
-    raise_nofile_limit,
-    run_manage,
+from tests.bench.common import (
+    Figure, add_rounds_argument, analyze, at_least, at_most, below, check_rounds, exactly, percentile, run_rounds,
     say,
 )
-from tests.bench.common import (
-    Figure, add_rounds_argument, analyze, at_least, at_most, below, check_rounds, exactly, run_rounds,
+from tests.bench.harness import (
+    APP_ID,
+    APP_SECRET,
+    ENCRYPT_KEY,
+    HOST,
+    PG_SERVER,
+    PYTHON,
+    VERIFICATION_TOKEN,
+    PendingSubmit,
+    Processes,
+    Profiler,
+    bench_env,
+    check_submit_response,
+    free_port,
+    own_cpu_seconds,
+    pg_admin,
+    pg_available,
+    postgres_backends,
+    postgres_cpu_between,
+    proc_cpu_seconds,
+    raise_nofile_limit,
+    read_stub_port,
+    run_manage,
+    seed_cards,
+    seed_fixture,
+    serve_command,
+    submit_request,
+    wait_quiet,
+    wait_until_serving,
 )
 
-SETUP_TIMEOUT = 300  # seconds for the seeding process
-START_TIMEOUT = 60
-STOP_TIMEOUT = 15
-APP_ID = "cli_bench"
-APP_SECRET = "bench-app-secret"
-VERIFICATION_TOKEN = "vt-bench-token"
-ENCRYPT_KEY = "ek-bench-encrypt-key"
 AGENT = "bench"
-TOAST_SUBMITTED = "已提交"
-PG_SERVER = "postgres://postgres@127.0.0.1:5432"
 PG_DATABASE = "askcards_bench"
 TARGETS = ("sqlite", "postgres")
 SHARE_TARGET = 0.50  # callback throughput over /healthz's, at least
@@ -93,88 +97,8 @@ CPU_TARGET = 3.0  # CPU per submit over a /healthz's, at most
 P99_TARGET = 3.0  # callback p99 over /healthz's at the smallest client count, at most
 P99_MS_TARGET = 1000.0  # far below Feishu's 3 s
 
-# Two questions per ask, as an agent typically asks: a single select and a multi select.
-QUESTIONS = [
-    {
-        "question": "Which database should the service use in production?",
-        "header": "Database",
-        "options": [
-            {"label": "PostgreSQL", "description": "Relational, the scale-out choice"},
-            {"label": "SQLite", "description": "Embedded, one process"},
-            {"label": "MySQL"},
-        ],
-    },
-    {
-        "question": "Which caches should sit in front of it?",
-        "header": "Cache",
-        "multiSelect": True,
-        "options": [{"label": "Redis"}, {"label": "Memcached"}, {"label": "Local memory"}],
-    },
-]
 
-# Live cards to answer, made by the services as the API would (bench_scale's hot fixture too):
-# ``cards`` Feishu p2p sessions ``feishu-<app>-private-ou_<label>_<n>``, each with a running
-# progress card and ``per_card`` pending asks; then the cards count as sent and in sync (message
-# id ``om_<label>_<pk>``): a run measures callbacks, not the first sends. Prints one JSON line:
-# the asks (round-robin over the cards, so consecutive submits land on different cards), the
-# session keys, how many of their asks are pending, and the seconds it took (seed_cards runs it).
-SEED = r"""
-import json, sys, time, django
-django.setup()
-from django.db import transaction
-from django.db.models import CharField, F, Value
-from django.db.models.functions import Cast, Concat
-from askcards import services
-from askcards.models import Agent, Ask, Bot, CardMessage
-
-params = json.loads(sys.argv[1])
-agent = Agent.objects.get(name=params["agent"])
-bot = Bot.objects.get(platform="feishu", app_id=params["app_id"])
-services.agent_bot_grant(agent=agent, bot=bot, actor="bench")
-per_card, cards, label, chunk = params["per_card"], params["cards"], params["label"], 20
-prefix = f"feishu-{bot.app_id}-private-ou_{label}_"
-started = time.monotonic()
-by_card, keys = [], []
-for first in range(0, cards, chunk):
-    with transaction.atomic():
-        for number in range(first, min(cards, first + chunk)):
-            key = f"{prefix}{number:05d}"
-            session, _ = services.session_upsert(agent=agent, key=key, bot=bot)
-            services.progress_put(session=session, status="running", title=f"{label.title()} task {number}",
-                                  content="Working on the benchmark task: **step 3 of 5**, reading the logs.")
-            asks = []
-            for _ in range(per_card):
-                out = services.tool_call(agent=agent, session=session, name="ask_user_questions",
-                                         arguments={"questions": params["questions"]}, timeout_seconds=3600)
-                if out.status != "pending" or out.ask is None:
-                    raise SystemExit(f"seed ask not pending: {out.status} {out.tool_result}")
-                asks.append(out.ask.id)
-            by_card.append((session.id, session.user_id, asks))
-            keys.append(key)
-cards_sent = CardMessage.objects.filter(bot=bot, progress_card__session__key__startswith=prefix)
-cards_sent.update(
-    message_id=Concat(Value(f"om_{label}_"), Cast("id", CharField())), synced_version=F("version"), next_sync_at=None
-)
-messages = dict(cards_sent.values_list("progress_card__session_id", "message_id"))
-pending = Ask.objects.filter(status=Ask.Status.PENDING, session__key__startswith=prefix).count()
-order = []
-for position in range(per_card):  # round-robin over the cards
-    for session_id, user_id, asks in by_card:
-        order.append([asks[position], session_id, user_id, messages[session_id], position])
-print(json.dumps({"asks": order, "keys": keys, "pending": pending, "seconds": time.monotonic() - started}))
-"""
-
-
-# ----------------------------------------------------------------------------------------- helpers
-
-
-@dataclass
-class PendingSubmit:
-    ask_id: str
-    session_id: str
-    open_id: str
-    message_id: str
-    form: int  # n of the form on the card (ask_{n}, q{n}_{i}, submit_{n})
+# ------------------------------------------------------------------------------------------ state
 
 
 @dataclass
@@ -232,209 +156,7 @@ class TargetResult:
     load_end: float = 0.0
 
 
-def postgres_backends(database: str) -> dict[int, float]:
-    """CPU seconds so far of each PostgreSQL backend connected to ``database`` (its process title
-    names the database): only this run's queries, whatever else uses the same PostgreSQL."""
-    backends = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                title = fh.read().replace(b"\0", b" ").decode(errors="replace").split()
-            if len(title) < 4 or title[0] != "postgres:" or title[3] != database:
-                continue  # "postgres: 15/main: <user> <database> <client> <state>"
-            with open(f"/proc/{entry}/stat") as fh:
-                fields = fh.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        backends[int(entry)] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return backends
-
-
-def postgres_cpu_between(before: dict[int, float], after: dict[int, float]) -> tuple[float, int]:
-    """CPU the database's backends used between two ``postgres_backends`` readings, and how many
-    backends ended in between (their last stretch is not counted: the figure is then a floor).
-    The server and the worker keep pooled connections, so backends rarely end mid-phase."""
-    used = sum(cpu - before.get(pid, 0.0) for pid, cpu in after.items())
-    return used, len(set(before) - set(after))
-
-
-def own_cpu_seconds() -> float:
-    usage = os.times()
-    return usage.user + usage.system
-
-
-def submit_request(item: PendingSubmit) -> tuple[bytes, dict[str, str]]:
-    """What Feishu POSTs for one click on the form's submit button: encrypted body, signed headers."""
-    n = item.form
-    now = time.time()
-    payload = {
-        "schema": "2.0",
-        "header": {
-            "event_id": uuid.uuid4().hex,
-            "token": VERIFICATION_TOKEN,
-            "create_time": str(int(now * 1_000_000)),
-            "event_type": "card.action.trigger",
-            "tenant_key": "tk_bench",
-            "app_id": APP_ID,
-        },
-        "event": {
-            "operator": {"tenant_key": "tk_bench", "open_id": item.open_id, "union_id": f"on_{item.open_id[3:]}"},
-            "token": f"c-{secrets.token_hex(16)}",
-            "action": {
-                "value": {"kind": "feishu_ask", "act": "submit", "sessionId": item.session_id,
-                          "requestId": item.ask_id, "sender": item.open_id},
-                "tag": "button",
-                "name": f"submit_{n}",
-                "form_value": {f"q{n}_0": "1", f"c{n}_0": "", f"q{n}_1": ["0", "2"], f"c{n}_1": "and a CDN"},
-            },
-            "host": "im_message",
-            "context": {"open_message_id": item.message_id, "open_chat_id": f"oc_{item.open_id[3:]}"},
-        },
-    }
-    body = json.dumps({"encrypt": security.encrypt(ENCRYPT_KEY, json.dumps(payload, ensure_ascii=False))}).encode()
-    timestamp, nonce = str(int(now)), secrets.token_hex(8)
-    headers = {
-        "Content-Type": "application/json; charset=utf-8",
-        "X-Lark-Request-Timestamp": timestamp,
-        "X-Lark-Request-Nonce": nonce,
-        "X-Lark-Signature": security.signature(timestamp, nonce, ENCRYPT_KEY, body),
-    }
-    return body, headers
-
-
-def check_submit_response(status: int, body: bytes) -> str | None:
-    """None when the response is what Feishu needs for a successful submit, else what is wrong."""
-    if status != 200:
-        return f"HTTP {status}"
-    try:
-        data = json.loads(body)
-    except ValueError:
-        return "not JSON"
-    toast = data.get("toast") if isinstance(data, dict) else None
-    if not isinstance(toast, dict):
-        return "no toast"
-    if toast.get("content") != TOAST_SUBMITTED or toast.get("type") != "success":
-        return f"toast {toast.get('type')} {toast.get('content')}"
-    card = data.get("card")
-    if not isinstance(card, dict) or card.get("type") != "raw" or not isinstance(card.get("data"), dict):
-        return "no card"
-    return None
-
-
-# ------------------------------------------------------------------------------------- processes
-
-
-class Processes:
-    """Every process the benchmark starts, stopped (SIGTERM, then kill) in reverse order."""
-
-    def __init__(self, log_dir: Path):
-        self.log_dir = log_dir
-        self.started: list[tuple[str, subprocess.Popen, Any]] = []
-
-    def start(self, name: str, argv: list[str], env: dict[str, str], *,
-              capture_stdout: bool = False) -> subprocess.Popen:
-        log = open(self.log_dir / f"{name}.log", "wb")
-        proc = subprocess.Popen(
-            argv, cwd=PROJECT_DIR, env=env, stdout=subprocess.PIPE if capture_stdout else log,
-            stderr=log if capture_stdout else subprocess.STDOUT, start_new_session=True,
-        )
-        self.started.append((name, proc, log))
-        return proc
-
-    def alive(self) -> None:
-        for name, proc, _ in self.started:
-            if proc.poll() is not None:
-                raise RuntimeError(f"{name} exited early with code {proc.returncode}")
-
-    def tail(self, name: str, size: int = 3000) -> str:
-        path = self.log_dir / f"{name}.log"
-        return path.read_bytes()[-size:].decode(errors="replace") if path.exists() else ""
-
-    def stop_all(self) -> None:
-        for name, proc, log in reversed(self.started):
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(timeout=STOP_TIMEOUT)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(timeout=10)
-            if proc.stdout is not None:
-                proc.stdout.close()
-            log.close()
-        self.started.clear()
-
-
-def read_stub_port(stub: subprocess.Popen) -> int:
-    """The stub prints ``listening <port>`` when ready; wait for that line (bounded)."""
-    assert stub.stdout is not None
-    deadline = time.monotonic() + START_TIMEOUT
-    os.set_blocking(stub.stdout.fileno(), False)
-    buffer = b""
-    while time.monotonic() < deadline:
-        if stub.poll() is not None:
-            raise RuntimeError(f"the Feishu stub exited early with code {stub.returncode}")
-        chunk = stub.stdout.read()
-        if chunk:
-            buffer += chunk
-            for line in buffer.decode(errors="replace").splitlines():
-                if line.startswith("listening "):
-                    return int(line.split()[1])
-        time.sleep(0.05)
-    raise RuntimeError("the Feishu stub did not start")
-
-
-def pg_admin(sql: str) -> None:
-    import psycopg
-
-    with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True, connect_timeout=5) as conn:
-        conn.execute(sql)
-
-
-def pg_available() -> str:
-    """'' when PostgreSQL at 127.0.0.1:5432 accepts the postgres user, else why not."""
-    try:
-        import psycopg
-    except ImportError:
-        return "psycopg is not installed"
-    try:
-        with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True, connect_timeout=3) as conn:
-            conn.execute("select 1")
-    except Exception as exc:  # noqa: BLE001 - any failure means: skip the target
-        detail = " ".join(str(exc).split())[:160]
-        return f"PostgreSQL at {PG_SERVER} is not usable ({type(exc).__name__}: {detail})"
-    return ""
-
-
 # ---------------------------------------------------------------------------------------- phases
-
-
-async def wait_until_serving(base: str, procs: Processes) -> None:
-    deadline = time.monotonic() + START_TIMEOUT
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as http:
-        while time.monotonic() < deadline:
-            procs.alive()
-            try:
-                async with http.get(f"{base}/healthz") as resp:
-                    if resp.status == 200:
-                        return
-            except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
-                pass
-            await asyncio.sleep(0.2)
-    raise RuntimeError(f"server did not answer /healthz within {START_TIMEOUT} s")
-
-
-async def wait_idle(pids: list[int], timeout: float, window: float = 0.5, max_share: float = 0.05) -> float:
-    """Wait until every pid uses < max_share of a core over ``window``; returns seconds waited."""
-    start = time.monotonic()
-    while time.monotonic() - start < timeout:
-        before = [proc_cpu_seconds(pid) for pid in pids]
-        await asyncio.sleep(window)
-        if all((proc_cpu_seconds(pid) - b) / window < max_share for pid, b in zip(pids, before)):
-            break
-    return time.monotonic() - start
 
 
 async def stub_stats(http: aiohttp.ClientSession, stub_base: str) -> dict[str, int]:
@@ -484,9 +206,9 @@ async def run_phase(phase: Phase, seconds: float, request) -> None:
 async def measure(args: argparse.Namespace, result: TargetResult, base: str, stub_base: str, procs: Processes,
                   server: subprocess.Popen, worker: subprocess.Popen | None, stub: subprocess.Popen,
                   pool: deque[PendingSubmit]) -> None:
-    await wait_until_serving(base, procs)
+    await wait_until_serving(base, procs.alive)
     pids = [server.pid] + ([worker.pid] if worker else [])
-    await wait_idle(pids, 30)
+    await wait_quiet(pids, 30)
     callback_url = f"{base}/callbacks/feishu/{APP_ID}/"
 
     def healthz_request():
@@ -518,7 +240,7 @@ async def measure(args: argparse.Namespace, result: TargetResult, base: str, stu
                 await run_phase(phase, seconds, request)
                 phase.client_cpu = own_cpu_seconds() - own
                 profiler.stop()
-                phase.drain_seconds = await wait_idle(pids, 60)
+                phase.drain_seconds = await wait_quiet(pids, 60)
                 phase.server_cpu = proc_cpu_seconds(server.pid) - cpu[0]
                 phase.worker_cpu = proc_cpu_seconds(worker.pid) - cpu[1] if worker else 0.0
                 phase.stub_cpu = proc_cpu_seconds(stub.pid) - stub_cpu
@@ -535,18 +257,6 @@ async def measure(args: argparse.Namespace, result: TargetResult, base: str, stu
         result.note += f" stub saw {stats['unknown']} unexpected requests;"
 
 
-def seed_cards(env: dict[str, str], cards: int, per_card: int, *, label: str = "bench",
-               timeout: float = SETUP_TIMEOUT) -> dict[str, Any]:
-    """Run SEED in its own process against ``env``'s database (agent AGENT, the bot of APP_ID)."""
-    params = {"agent": AGENT, "app_id": APP_ID, "cards": cards, "per_card": per_card, "questions": QUESTIONS,
-              "label": label}
-    proc = subprocess.run([PYTHON, "-c", SEED, json.dumps(params)], cwd=PROJECT_DIR, env=env, capture_output=True,
-                          text=True, timeout=timeout)
-    if proc.returncode != 0:
-        raise RuntimeError(f"seeding failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
 def run_target(args: argparse.Namespace, target: str) -> TargetResult:
     result = TargetResult(target)
     if target == "postgres":
@@ -556,16 +266,7 @@ def run_target(args: argparse.Namespace, target: str) -> TargetResult:
             say(f"skipping postgres: {why}")
             return result
     data_dir = Path(tempfile.mkdtemp(prefix=f"askcards-bench-feishu-{target}-"))
-    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL", "DEBUG", "ALLOWED_HOSTS"}}
-    env.update({
-        "ASKCARDS_DATA_DIR": str(data_dir),
-        "ASKCARDS_SECRET_KEY": "bench",
-        # One load generator on 127.0.0.1 stands for thousands of clients: no per-peer cap.
-        "ASKCARDS_PEER_CONNECTIONS": "0",
-        "DJANGO_SETTINGS_MODULE": args.settings,
-        "LOG_LEVEL": "WARNING",
-        "PYTHONUNBUFFERED": "1",
-    })
+    env = bench_env(data_dir, settings=args.settings)
     database_created = False
     procs = Processes(data_dir)
     try:
@@ -581,12 +282,11 @@ def run_target(args: argparse.Namespace, target: str) -> TargetResult:
         run_manage(env, "askcards_bot", "add", "feishu", "--app-id", APP_ID, "--app-secret", APP_SECRET,
                    "--verification-token", VERIFICATION_TOKEN, "--encrypt-key", ENCRYPT_KEY, "--base-url", stub_base,
                    "--name", "bench")
-        run_manage(env, "askcards_agent", "create", AGENT, "--json")
-        run_manage(env, "askcards_agent", "quotas", AGENT, *NO_QUOTAS)
+        seed_fixture(env, agent=AGENT)
         total = args.asks or args.asks_per_level * len(args.clients)
         per_card = args.asks_per_card or total
         cards = -(-total // per_card)
-        seeded = seed_cards(env, cards, per_card)
+        seeded = seed_cards(env, cards, per_card, agent=AGENT)
         if target == "postgres":
             analyze(env["DATABASE_URL"])  # statistics, as autovacuum keeps them (common.analyze)
         pool = deque(PendingSubmit(*row) for row in seeded["asks"])
@@ -599,8 +299,8 @@ def run_target(args: argparse.Namespace, target: str) -> TargetResult:
         base = f"http://{HOST}:{port}"
         worker = None
         if target == "sqlite":
-            server = procs.start("server", [PYTHON, "manage.py", "serve", f"{HOST}:{port}", "--no-migrate",
-                                            *(["--no-worker"] if args.no_worker else [])], env)
+            server = procs.start("server", serve_command(port, "--no-migrate",
+                                                         *(["--no-worker"] if args.no_worker else [])), env)
             worker_off = ", worker OFF" if args.no_worker else ""
             result.note += f" serve (one process: daphne + worker lanes){worker_off};"
         else:

@@ -7,8 +7,9 @@ Run from the project directory (not collected by pytest: the file is not named t
 What it does, every step bounded in time and count, every connection to 127.0.0.1 only:
 
 1. A throwaway data dir (embedded default: SQLite + in-process wakes; DATABASE_URL and
-   REDIS_URL are removed from the environment), ``migrate``, a Django user,
-   ``askcards_agent create bench --grant <user> --json``, and a logged-in session for the user. The session cookie is made directly with
+   REDIS_URL are removed from the environment), ``migrate``, then the fixture
+   (``tests.bench.harness.seed_fixture``): a Django user, a logged-in session for the user and the
+   agent ``bench`` granted the user, its quotas lifted. The session cookie is made directly with
    ``django.contrib.sessions`` (``SessionStore`` holding the user's id, backend and session-auth
    hash: exactly what ``django.contrib.auth.login`` stores), not by posting the admin login form.
 2. ``manage.py serve 127.0.0.1:<port>`` as a subprocess (it inherits the raised open-file limit).
@@ -35,11 +36,7 @@ import argparse
 import asyncio
 import json
 import os
-import resource
 import shutil
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -49,9 +46,7 @@ from typing import Any
 
 import aiohttp
 
-from tests.bench import NO_QUOTAS
 from tests.bench.common import (
-    PROJECT_DIR,
     Figure,
     add_rounds_argument,
     at_least,
@@ -63,142 +58,39 @@ from tests.bench.common import (
     run_rounds,
     say,
 )
+from tests.bench.harness import (
+    CAPACITY_P99_MS,
+    HOST,
+    MISSING_ASK,
+    PASSWORD,
+    Fixture,
+    Processes,
+    Profiler,
+    answer_steadily,
+    bench_env,
+    free_port,
+    mb,
+    memory_sampler,
+    panel_socket,
+    proc_cpu_seconds,
+    proc_status,
+    raise_nofile_limit,
+    run_manage,
+    search_capacity,
+    seed_fixture,
+    serve_command,
+    settle_tasks,
+    until,
+    wait_quiet,
+    wait_until_serving,
+    web_session,
+    yardstick,
+)
 
-PYTHON = sys.executable
-HOST = "127.0.0.1"
-SETUP_TIMEOUT = 120  # seconds for any one manage.py step
-START_TIMEOUT = 60  # seconds for the server to answer
 USERNAME = "benchuser"
-MISSING_ASK = "q_00000000000000000000000000000000"
-CAPACITY_P99_MS = 100.0  # the wake p99 a sustained answer rate must keep
 CAPACITY_RATIO_TARGET = 0.5  # capacity (answers/s) over the trivial view's req/s, at least
 CPU_RATIO_TARGET = 3.0  # server CPU per answer + wake over a trivial request's, at most
 PEAK_MB_TARGET = 400.0
-
-# A user (``create``: create_user, or create_superuser for the admin's pages) and a logged-in
-# session of theirs, written directly to the session store (setup_user runs it).
-SETUP_USER = r"""
-import json, django
-django.setup()
-from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
-from django.contrib.sessions.backends.db import SessionStore
-from django.conf import settings
-user = getattr(get_user_model().objects, %(create)r)(%(username)r, password="bench-password-1234")
-session = SessionStore()
-session[SESSION_KEY] = user._meta.pk.value_to_string(user)
-session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
-session[HASH_SESSION_KEY] = user.get_session_auth_hash()
-session.create()
-print(json.dumps({"username": user.get_username(), "cookie_name": settings.SESSION_COOKIE_NAME,
-                  "session_key": session.session_key}))
-"""
-
-
-# ----------------------------------------------------------------------------------------- helpers
-
-
-def raise_nofile_limit() -> tuple[int, int]:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard == resource.RLIM_INFINITY:
-        hard_target = 1 << 20
-    else:
-        hard_target = hard
-    if soft < hard_target:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard_target, hard))
-        except (ValueError, OSError):
-            pass
-    return resource.getrlimit(resource.RLIMIT_NOFILE)
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
-        return sock.getsockname()[1]
-
-
-def run_manage(env: dict[str, str], *args: str) -> str:
-    proc = subprocess.run(
-        [PYTHON, "manage.py", *args], cwd=PROJECT_DIR, env=env, capture_output=True, text=True, timeout=SETUP_TIMEOUT
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"manage.py {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    return proc.stdout
-
-
-def run_python(env: dict[str, str], code: str) -> str:
-    proc = subprocess.run(
-        [PYTHON, "-c", code], cwd=PROJECT_DIR, env=env, capture_output=True, text=True, timeout=SETUP_TIMEOUT
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"setup script failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    return proc.stdout
-
-
-def setup_user(env: dict[str, str], username: str, *, superuser: bool = False) -> dict[str, str]:
-    """Create ``username`` (a superuser with ``superuser``) and a logged-in session of theirs: the
-    username, the session cookie's name and its value (``session_key``)."""
-    create = "create_superuser" if superuser else "create_user"
-    return json.loads(run_python(env, SETUP_USER % {"create": create, "username": username}).strip().splitlines()[-1])
-
-
-def proc_status(pid: int) -> dict[str, int]:
-    """VmRSS / VmHWM in kB and the thread count of a process (empty when it is gone)."""
-    wanted = {"VmRSS", "VmHWM", "Threads"}
-    out: dict[str, int] = {}
-    try:
-        with open(f"/proc/{pid}/status") as fh:
-            for line in fh:
-                name, _, value = line.partition(":")
-                if name in wanted:
-                    out[name] = int(value.split()[0])
-    except (FileNotFoundError, ProcessLookupError, ValueError):
-        pass
-    return out
-
-
-def proc_cpu_seconds(pid: int) -> float:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
-    except FileNotFoundError:
-        return 0.0
-    ticks = os.sysconf("SC_CLK_TCK")
-    return (int(fields[11]) + int(fields[12])) / ticks  # utime + stime
-
-
-class Profiler:
-    """Optional ``py-spy record`` of the server per phase (investigation only; py-spy is not a dependency)."""
-
-    def __init__(self, prefix: str | None, pid: int, gil: bool = False):
-        self.prefix, self.pid, self.gil, self.proc = prefix, pid, gil, None
-
-    def start(self, phase: str) -> None:
-        if not self.prefix:
-            return
-        self.stop()
-        spy = shutil.which("py-spy") or str(Path(PYTHON).parent / "py-spy")
-        out = f"{self.prefix}-{phase}.txt"
-        self.proc = subprocess.Popen(
-            [spy, "record", "--pid", str(self.pid), "--format", "raw", "--rate", "200", "--threads",
-             "--nonblocking", *(["--gil"] if self.gil else []), "--output", out],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
-
-    def stop(self) -> None:
-        if self.proc is None:
-            return
-        self.proc.send_signal(signal.SIGINT)
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=5)
-        self.proc = None
-
-
-def mb(kb: int | float) -> float:
-    return kb / 1024
 
 
 # ------------------------------------------------------------------------------------------ state
@@ -249,86 +141,7 @@ class WaitResult:
     error: str | None = None
 
 
-async def answer_steadily(ws, asks: list, rate: float) -> tuple[float, float]:
-    """Answer ``asks`` (``(ask id, item)`` pairs; each item has ``question`` and ``label``) over the
-    panel socket ``ws``, ``rate`` a second in the given order, stamping ``item.answer_sent``: the
-    seconds it took and the worst lag behind the schedule, in ms."""
-    start = time.monotonic() + 0.05
-    slip = 0.0
-    for index, (ask_id, item) in enumerate(asks):
-        target = start + index / rate
-        delay = target - time.monotonic()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        slip = max(slip, time.monotonic() - target)
-        message = {
-            "type": "ask_user_questions_result",
-            "requestId": ask_id,
-            "answers": [{"question": item.question, "selectedLabels": [item.label], "customInput": None}],
-        }
-        item.answer_sent = time.monotonic()
-        await ws.send_str(json.dumps(message))
-    return time.monotonic() - start, slip * 1000
-
-
-async def settle(tasks, timeout: float) -> None:
-    """Wait up to ``timeout`` s for ``tasks``; cancel (and reap) the ones still running."""
-    _, pending = await asyncio.wait(tasks, timeout=timeout)
-    for task in pending:
-        task.cancel()
-    if pending:
-        await asyncio.gather(*pending, return_exceptions=True)
-
-
-async def until(predicate, timeout: float, interval: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        await asyncio.sleep(interval)
-    return predicate()
-
-
-async def memory_sampler(pid: int, peak: dict[str, int], stop: asyncio.Event) -> None:
-    while not stop.is_set():
-        status = proc_status(pid)
-        if status:
-            peak["rss"] = max(peak.get("rss", 0), status.get("VmRSS", 0))
-            peak["hwm"] = max(peak.get("hwm", 0), status.get("VmHWM", 0))
-            peak["threads"] = max(peak.get("threads", 0), status.get("Threads", 0))
-        try:
-            await asyncio.wait_for(stop.wait(), 0.25)
-        except asyncio.TimeoutError:
-            pass
-
-
-async def wait_quiet(pid: int, timeout: float, window: float = 0.5, max_share: float = 0.05) -> float:
-    """Wait until the server uses < max_share of one core over ``window``; returns seconds waited."""
-    start = time.monotonic()
-    while time.monotonic() - start < timeout:
-        before = proc_cpu_seconds(pid)
-        await asyncio.sleep(window)
-        if (proc_cpu_seconds(pid) - before) / window < max_share:
-            break
-    return time.monotonic() - start
-
-
 # ---------------------------------------------------------------------------------------- phases
-
-
-async def wait_until_serving(base: str, server: subprocess.Popen, headers: dict[str, str]) -> None:
-    deadline = time.monotonic() + START_TIMEOUT
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as http:
-        while time.monotonic() < deadline:
-            if server.poll() is not None:
-                raise RuntimeError(f"server exited early with code {server.returncode}")
-            try:
-                async with http.get(f"{base}/api/v1/asks/{MISSING_ASK}", headers=headers) as resp:
-                    await resp.read()
-                    return
-            except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
-                await asyncio.sleep(0.2)
-    raise RuntimeError(f"server did not answer within {START_TIMEOUT} s")
 
 
 async def create_asks(http: aiohttp.ClientSession, base: str, headers: dict[str, str], count: int, concurrency: int,
@@ -449,8 +262,8 @@ async def capacity_round(http: aiohttp.ClientSession, base: str, auth: dict[str,
 
         tasks = [asyncio.ensure_future(wait_one(a)) for a in asks]
         await asyncio.sleep(1.0 + count / 1000)  # every wait parked before the first answer
-        _, slip_ms = await answer_steadily(panel.ws, [(ask.id, ask) for ask in asks], rate)
-        await settle(tasks, args.wait_timeout + 35)
+        _, slip_ms = await answer_steadily([(panel.ws, ask.id, ask) for ask in asks], rate)
+        await settle_tasks(tasks, args.wait_timeout + 35)
     await until(lambda: ids <= set(panel.acks), 30)
     latencies, lost, _ = check_waits(asks, results, args.wait_timeout)
     ms = [x * 1000 for x in latencies]
@@ -466,101 +279,22 @@ async def find_capacity(http: aiohttp.ClientSession, base: str, auth: dict[str, 
                                  args.capacity_start, args.capacity_steps)
 
 
-async def search_capacity(measure, start: float, count: int) -> list[dict[str, Any]]:
-    """The highest steady answer rate with wake p99 under 100 ms and nothing lost: ``await
-    measure(rate)`` runs one step (a dict with ``rate``, ``asks``, ``p50``, ``p99``, ``lost`` and
-    ``slip_ms``); the rate doubles from ``start`` until a step misses, then bisects between the last
-    step that held and the first that missed (``count`` steps at most). Returns the steps, each
-    with ``held``."""
-    steps: list[dict[str, Any]] = []
-    good, bad = 0.0, None
-    rate = start
-    for _ in range(count):
-        step = await measure(rate)
-        if step is None:  # nothing left to measure with
-            break
-        step["held"] = step["p99"] < CAPACITY_P99_MS and step["lost"] == 0 and step["slip_ms"] < CAPACITY_P99_MS
-        steps.append(step)
-        say(f"  capacity step: {rate:.0f} answers/s, {step['asks']} asks: wake p50 {step['p50']:.1f} ms, "
-            f"p99 {step['p99']:.1f} ms, lost {step['lost']}, send slip {step['slip_ms']:.0f} ms "
-            f"-> {'held' if step['held'] else 'missed'}")
-        if step["held"]:
-            good = rate
-        else:
-            bad = rate
-        if bad is None:
-            rate = rate * 2
-        elif bad - good <= max(5.0, good * 0.1):
-            break
-        else:
-            rate = (good + bad) / 2
-    return steps
-
-
-async def yardstick(base: str, path: str, headers: dict[str, str], clients: int, seconds: float,
-                    expect: int, pid: int | None = None) -> dict[str, Any]:
-    """``clients`` keep-alive clients on ``path`` for ``seconds``: req/s and latencies; with
-    ``pid``, also that server's CPU per request (``cpu_ms``) over the same stretch."""
-    latencies: list[float] = []
-    cpu_before = proc_cpu_seconds(pid) if pid else 0.0
-    unexpected: dict[str, int] = {}
-    connector = aiohttp.TCPConnector(limit=clients)
-    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=30)) as http:
-        start = time.monotonic()
-        deadline = start + seconds
-
-        async def client() -> None:
-            while time.monotonic() < deadline:
-                t0 = time.monotonic()
-                try:
-                    async with http.get(f"{base}{path}", headers=headers, allow_redirects=False) as resp:
-                        await resp.read()
-                        status = resp.status
-                except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-                    key = type(exc).__name__
-                    unexpected[key] = unexpected.get(key, 0) + 1
-                    await asyncio.sleep(0.05)
-                    continue
-                latencies.append(time.monotonic() - t0)
-                if status != expect:
-                    unexpected[f"HTTP {status}"] = unexpected.get(f"HTTP {status}", 0) + 1
-
-        await asyncio.wait_for(asyncio.gather(*(client() for _ in range(clients))), seconds + 35)
-        elapsed = time.monotonic() - start
-    cpu = proc_cpu_seconds(pid) - cpu_before if pid else float("nan")
-    latencies.sort()
-    return {
-        "requests": len(latencies),
-        "rps": len(latencies) / elapsed if elapsed else 0.0,
-        "p50": percentile(latencies, 50) * 1000,
-        "p99": percentile(latencies, 99) * 1000,
-        "cpu_ms": cpu / len(latencies) * 1000 if latencies else float("nan"),
-        "unexpected": unexpected,
-    }
-
-
-async def bench(args: argparse.Namespace, base: str, port: int, server: subprocess.Popen, key: str,
-                cookie: dict[str, str]) -> dict[str, Any]:
-    pid = server.pid
-    auth = {"Authorization": f"Bearer {key}"}
+async def bench(args: argparse.Namespace, base: str, port: int, procs: Processes, pid: int,
+                fixture: Fixture) -> dict[str, Any]:
+    auth = {"Authorization": f"Bearer {fixture.key}"}
     report: dict[str, Any] = {"load_start": os.getloadavg()[0]}
     peak: dict[str, int] = {}
     profiler = Profiler(args.profile, pid, args.profile_gil)
     stop_sampler = asyncio.Event()
     sampler = asyncio.ensure_future(memory_sampler(pid, peak, stop_sampler))
 
-    await wait_until_serving(base, server, auth)
+    await wait_until_serving(base, procs.alive, path=f"/api/v1/asks/{MISSING_ASK}", headers=auth, status=None)
     report["rss_idle_kb"] = proc_status(pid).get("VmRSS", 0)
 
     timeout = aiohttp.ClientTimeout(total=60)
     async with aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=100)) as http:
         # --- the panel socket
-        ws = await http.ws_connect(
-            f"ws://{HOST}:{port}/ws/panel/",
-            headers={"Origin": f"http://{HOST}:{port}", "Cookie": f"{cookie['cookie_name']}={cookie['session_key']}"},
-            heartbeat=None,
-            autoping=True,
-        )
+        ws = await panel_socket(http, port, fixture.cookie())
         panel = Panel(ws)
         reader = asyncio.ensure_future(panel.read())
         try:
@@ -569,11 +303,7 @@ async def bench(args: argparse.Namespace, base: str, port: int, server: subproce
                 raise RuntimeError(f"panel socket was refused: {panel.closed}")
 
             # --- session + asks
-            async with http.post(f"{base}/api/v1/sessions", headers=auth,
-                                 json={"key": "bench/web", "platform": "web", "web_user": cookie["username"]}) as resp:
-                body = await resp.text()
-                if resp.status not in (200, 201):
-                    raise RuntimeError(f"session upsert failed: HTTP {resp.status} {body[:300]}")
+            await web_session(http, base, auth, "bench/web", fixture.users[0])
             t0 = time.monotonic()
             profiler.start("create")
             asks = await create_asks(http, base, auth, args.waiters, args.create_concurrency, 3600)
@@ -639,8 +369,8 @@ async def bench(args: argparse.Namespace, base: str, port: int, server: subproce
                 profiler.start("answer")
                 cpu_before = proc_cpu_seconds(pid)
                 report["answer_seconds"], report["send_slip_ms"] = await answer_steadily(
-                    ws, [(ask.id, ask) for ask in asks], args.rate)
-                await settle(tasks, args.wait_timeout + 35)
+                    [(ws, ask.id, ask) for ask in asks], args.rate)
+                await settle_tasks(tasks, args.wait_timeout + 35)
                 report["cpu_answer_phase"] = proc_cpu_seconds(pid) - cpu_before
                 profiler.stop()
                 await until(lambda: ids <= set(panel.acks), 30)
@@ -834,53 +564,24 @@ def one_round(args: argparse.Namespace, nofile: tuple[int, int]) -> dict[str, An
     port = args.port or free_port()
     base = f"http://{HOST}:{port}"
     data_dir = Path(tempfile.mkdtemp(prefix="askcards-bench-"))
-    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL", "DEBUG", "ALLOWED_HOSTS"}}
-    env.update({
-        "ASKCARDS_DATA_DIR": str(data_dir),
-        "ASKCARDS_SECRET_KEY": "bench",
-        # One load generator on 127.0.0.1 stands for thousands of clients: no per-peer cap.
-        "ASKCARDS_PEER_CONNECTIONS": "0",
-        # One panel stands for the people answering thousands of asks: it is sent every one of them.
-        "ASKCARDS_PANEL_PAGE": "10000",
-        "DJANGO_SETTINGS_MODULE": "project.settings",
-        "LOG_LEVEL": "WARNING",
-        "PYTHONUNBUFFERED": "1",
-    })
-    server: subprocess.Popen | None = None
-    log_path = data_dir / "server.log"
-    log = None
+    env = bench_env(data_dir, panel_page=True)
+    procs = Processes(data_dir)
     try:
         say(f"setup in {data_dir}")
         run_manage(env, "migrate", "--no-input", "-v", "0")
-        cookie = setup_user(env, USERNAME)
-        created = run_manage(env, "askcards_agent", "create", "bench", "--grant", USERNAME, "--json")
-        run_manage(env, "askcards_agent", "quotas", "bench", *NO_QUOTAS)
-        key = json.loads(created.strip().splitlines()[-1])["key"]
-        log = open(log_path, "wb")
-        server = subprocess.Popen(
-            [PYTHON, "manage.py", "serve", f"{HOST}:{port}"],
-            cwd=PROJECT_DIR, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )
+        fixture = seed_fixture(env, [USERNAME], password=PASSWORD)
+        server = procs.start("server", serve_command(port), env)
         say(f"server pid {server.pid} on {base}")
-        report = asyncio.run(asyncio.wait_for(bench(args, base, port, server, key, cookie), 600))
+        report = asyncio.run(asyncio.wait_for(bench(args, base, port, procs, server.pid, fixture), 600))
         print_report(args, report, nofile)
         return report
     except BaseException:
-        if log_path.exists():
-            tail = log_path.read_bytes()[-4000:].decode(errors="replace")
-            if tail.strip():
-                say(f"--- server log tail ---\n{tail}\n---")
+        tail = procs.tail("server", 4000)
+        if tail.strip():
+            say(f"--- server log tail ---\n{tail}\n---")
         raise
     finally:
-        if server is not None and server.poll() is None:
-            server.send_signal(signal.SIGTERM)
-            try:
-                server.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait(timeout=10)
-        if log is not None:
-            log.close()
+        procs.stop_all()
         if args.keep:
             say(f"kept {data_dir}")
         else:

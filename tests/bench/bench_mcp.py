@@ -9,9 +9,10 @@ Run from the project directory (not collected by pytest: the file is not named t
 What it does, every step bounded in time and count, every connection to 127.0.0.1 only:
 
 1. A throwaway data dir (embedded default: SQLite + in-process wakes; DATABASE_URL and
-   REDIS_URL are removed from the environment), ``migrate``, a Django user, ``askcards_agent
-   create bench --grant <user> --json``, and a logged-in session for the user (written with
-   ``django.contrib.sessions``, as in bench_longpoll).
+   REDIS_URL are removed from the environment), ``migrate``, then the fixture
+   (``tests.bench.harness.seed_fixture``, as in bench_longpoll): a Django user, a logged-in
+   session for the user (written with ``django.contrib.sessions``) and the agent ``bench`` granted
+   the user, its quotas lifted.
 2. For each variant (``rest``, ``mcp``, ``mcp2026``, in that order by default), all of the above in
    a data dir of its own and a fresh ``manage.py serve 127.0.0.1:<port>`` on it (so every variant
    starts from the same state), ONE panel WebSocket and a web session (``bench/<variant>``).
@@ -55,7 +56,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -66,46 +66,51 @@ from urllib.parse import urlencode
 
 import aiohttp
 
-from tests.bench import NO_QUOTAS
-from tests.bench.bench_longpoll import (
+from tests.bench.common import Figure, add_rounds_argument, at_most, check_rounds, exactly, percentile, run_rounds, say
+from tests.bench.harness import (
     HOST,
+    LEGACY_VERSION,
+    MCP_VARIANTS,
     MISSING_ASK,
+    MODERN_VERSION,
+    PASSWORD,
     PROJECT_DIR,
     PYTHON,
+    REST_WAIT,
+    Call,
+    Fixture,
+    Processes,
     Profiler,
     answer_steadily,
+    bench_env,
+    check,
     free_port,
     mb,
+    mcp_call,
     memory_sampler,
-    percentile,
+    panel_socket,
+    park,
     proc_cpu_seconds,
     proc_status,
+    questions_for,
     raise_nofile_limit,
     run_manage,
-    say,
-    settle,
-    setup_user,
+    seed_fixture,
+    serve_command,
+    settle_tasks,
     until,
     wait_quiet,
     wait_until_serving,
+    web_session,
     yardstick,
 )
-from tests.bench.common import Figure, add_rounds_argument, at_most, check_rounds, exactly, run_rounds
 
 USERNAME = "benchuser"
-LEGACY_VERSION = "2025-11-25"  # the initialize-handshake era: the SDK's stateless Streamable HTTP transport
-MODERN_VERSION = "2026-07-28"  # the stateless revision: the SDK's single-exchange path
-PROTOCOL_VERSION_META = "io.modelcontextprotocol/protocolVersion"
-CLIENT_CAPABILITIES_META = "io.modelcontextprotocol/clientCapabilities"
-CLIENT_INFO_META = "io.modelcontextprotocol/clientInfo"
-TIMEOUT_META = "io.askcards/timeout_seconds"
-REST_WAIT = 60  # the REST long-poll's maximum
 VARIANTS = {
     "rest": "REST: POST /api/v1/tools/call with wait=60 (JSON)",
     "mcp": f"MCP {LEGACY_VERSION}: POST /mcp tools/call, stateless legacy request (SSE)",
     "mcp2026": f"MCP {MODERN_VERSION}: POST /mcp tools/call, single-exchange request (SSE after 15 s)",
 }
-MCP_VARIANTS = ("mcp", "mcp2026")
 TARGET_RATIO = 1.25  # MCP over REST, at most: wake p99 and memory per parked call
 
 # --tracemalloc: the server runs under this wrapper. The first SIGUSR1 starts tracemalloc (so the
@@ -140,24 +145,6 @@ PLUMBING = ("anyio", "pydantic", "pydantic_core", "asgiref", "opentelemetry", "t
 
 
 # ------------------------------------------------------------------------------------------ state
-
-
-@dataclass
-class Call:
-    index: int
-    question: str
-    label: str
-    shown: asyncio.Event = field(default_factory=asyncio.Event)
-    ask_id: str | None = None
-    shown_at: float | None = None
-    answer_sent: float | None = None
-    ack: dict[str, Any] | None = None
-    headers_sent: float | None = None
-    arrived: float | None = None  # when the response carrying the result arrived
-    status: int | None = None
-    result: Any = None  # REST: the JSON body; MCP: the JSON-RPC message with the call's id
-    error: str | None = None
-    done: bool = False
 
 
 @dataclass
@@ -203,14 +190,6 @@ class PanelReader:
 # ------------------------------------------------------------------------------------------ calls
 
 
-def questions_for(call: Call) -> list[dict[str, Any]]:
-    return [{
-        "question": call.question,
-        "header": "bench",
-        "options": [{"label": "Alpha", "description": "first"}, {"label": "Beta"}],
-    }]
-
-
 async def rest_call(http: aiohttp.ClientSession, base: str, key: str, session: str, call: Call,
                     ask_timeout: int) -> None:
     payload = {
@@ -230,91 +209,6 @@ async def rest_call(http: aiohttp.ClientSession, base: str, key: str, session: s
         call.result = json.loads(body)
     except ValueError:
         call.error = f"not JSON: {body[:200]!r}"
-
-
-async def mcp_call(http: aiohttp.ClientSession, base: str, key: str, query: str, call: Call,
-                   ask_timeout: int, modern: bool) -> None:
-    meta: dict[str, Any] = {TIMEOUT_META: ask_timeout}
-    headers = {
-        "Authorization": f"Bearer {key}",
-        "Accept": "application/json, text/event-stream",
-        "Content-Type": "application/json",
-        "MCP-Protocol-Version": LEGACY_VERSION,
-    }
-    if modern:  # the per-request envelope of the stateless revision, and its routing headers
-        meta.update({PROTOCOL_VERSION_META: MODERN_VERSION, CLIENT_CAPABILITIES_META: {},
-                     CLIENT_INFO_META: {"name": "bench_mcp", "version": "1"}})
-        headers.update({"MCP-Protocol-Version": MODERN_VERSION, "Mcp-Method": "tools/call",
-                        "Mcp-Name": "ask_user_questions"})
-    message = {
-        "jsonrpc": "2.0",
-        "id": call.index,
-        "method": "tools/call",
-        "params": {"name": "ask_user_questions", "arguments": {"questions": questions_for(call)}, "_meta": meta},
-    }
-    async with http.post(f"{base}/mcp?{query}", data=json.dumps(message), headers=headers,
-                         trace_request_ctx={"call": call}) as resp:
-        call.status = resp.status
-        if "text/event-stream" not in resp.headers.get("Content-Type", ""):
-            body = await resp.read()
-            call.arrived = time.monotonic()
-            try:
-                call.result = json.loads(body)
-            except ValueError:
-                call.error = f"HTTP {resp.status} {resp.headers.get('Content-Type')}: {body[:200]!r}"
-            return
-        # SSE: events of "event:"/"data:" lines separated by a blank line; the message with the
-        # call's id (a result or an error) is the answer, progress notifications would come before.
-        data_lines: list[str] = []
-        async for raw in resp.content:
-            line = raw.decode("utf-8").rstrip("\r\n")
-            if line.startswith("data:"):
-                data_lines.append(line[5:].lstrip(" "))
-                continue
-            if line or not data_lines:
-                continue
-            try:
-                event = json.loads("\n".join(data_lines))
-            except ValueError:
-                event = None
-            data_lines = []
-            if isinstance(event, dict) and event.get("id") == call.index and ("result" in event or "error" in event):
-                call.arrived = time.monotonic()
-                call.result = event
-        if call.result is None:
-            call.error = "the SSE stream ended without the call's result"
-
-
-def check(variant: str, call: Call) -> tuple[str, str] | None:
-    """None when the call came back answered with its own ask and label; else (kind, detail)."""
-    if call.error or call.result is None:
-        return "error/never returned", f"{call.index} {call.error}"
-    if call.status != 200:
-        return f"HTTP {call.status}", f"{call.index} {str(call.result)[:200]}"
-    if variant in MCP_VARIANTS:
-        if "error" in call.result:
-            return "JSON-RPC error", f"{call.index} {call.result['error']}"
-        result = call.result.get("result") or {}
-        if result.get("isError"):
-            return "isError", f"{call.index} {str(result.get('content'))[:200]}"
-        data = result.get("structuredContent") or {}
-    else:
-        data = call.result
-    ask = data.get("ask") or {}
-    if ask.get("id") != call.ask_id:
-        return "another ask", f"{call.index} expected {call.ask_id} got {ask.get('id')}"
-    if data.get("status") != "answered":
-        kind = f"status {data.get('status')}"
-        if variant == "rest" and data.get("status") == "pending" and call.headers_sent and call.arrived:
-            if call.arrived - call.headers_sent >= REST_WAIT - 1:
-                kind += " (the 60 s wait ran out before its answer)"
-        return kind, f"{call.index} reason {ask.get('reason')}"
-    answers = (ask.get("result") or {}).get("answers") or [{}]
-    if answers[0].get("selectedLabels") != [call.label]:
-        return "wrong answer", f"{call.index} expected {[call.label]} got {answers[0].get('selectedLabels')}"
-    if call.answer_sent is None or call.arrived is None:
-        return "no timing", str(call.index)
-    return None
 
 
 # ---------------------------------------------------------------------------------------- phases
@@ -345,33 +239,16 @@ async def park_and_answer(variant: str, args: argparse.Namespace, base: str, key
     figures: dict[str, Any] = {}
     async with aiohttp.ClientSession(connector=connector, timeout=timeout, trace_configs=[trace]) as http:
 
-        async def one(call: Call) -> None:
+        def request(call: Call):
             if variant in MCP_VARIANTS:
-                request = mcp_call(http, base, key, query, call, args.ask_timeout, modern=variant == "mcp2026")
-            else:
-                request = rest_call(http, base, key, session, call, args.ask_timeout)
-            task = asyncio.ensure_future(request)
-            try:
-                shown = asyncio.ensure_future(call.shown.wait())
-                try:
-                    await asyncio.wait({task, shown}, timeout=60, return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    shown.cancel()
-            finally:
-                window.release()
-            try:
-                await task
-            except Exception as exc:  # noqa: BLE001 - every failure is a lost call
-                call.arrived = call.arrived or time.monotonic()
-                call.error = f"{type(exc).__name__}: {exc}"[:200]
-            finally:
-                call.done = True
+                return lambda: mcp_call(http, base, key, query, call, args.ask_timeout, modern=variant == "mcp2026")
+            return lambda: rest_call(http, base, key, session, call, args.ask_timeout)
 
         async def launch() -> list[asyncio.Future]:
             tasks = []
             for call in calls:
                 await window.acquire()
-                tasks.append(asyncio.ensure_future(one(call)))
+                tasks.append(asyncio.ensure_future(park(call, request(call), window, 60)))
             return tasks
 
         if profiler:
@@ -407,8 +284,8 @@ async def park_and_answer(variant: str, args: argparse.Namespace, base: str, key
         cpu_before = proc_cpu_seconds(pid)
         order = sorted((c for c in calls if c.ask_id), key=lambda c: c.shown_at or 0.0)
         figures["answer_seconds"], figures["send_slip_ms"] = await answer_steadily(
-            panel.ws, [(call.ask_id, call) for call in order], args.rate)
-        await settle(tasks, REST_WAIT + 45)
+            [(panel.ws, call.ask_id, call) for call in order], args.rate)
+        await settle_tasks(tasks, REST_WAIT + 45)
         figures["cpu_answer_phase"] = proc_cpu_seconds(pid) - cpu_before
         if profiler:
             profiler.stop()
@@ -441,9 +318,9 @@ async def park_and_answer(variant: str, args: argparse.Namespace, base: str, key
     return figures
 
 
-async def run_variant(variant: str, args: argparse.Namespace, base: str, port: int, server: subprocess.Popen,
-                      key: str, cookie: dict[str, str]) -> dict[str, Any]:
-    pid = server.pid
+async def run_variant(variant: str, args: argparse.Namespace, base: str, port: int, procs: Processes, pid: int,
+                      fixture: Fixture) -> dict[str, Any]:
+    key = fixture.key
     auth = {"Authorization": f"Bearer {key}"}
     report: dict[str, Any] = {"variant": variant, "load_start": os.getloadavg()[0]}
     peak: dict[str, int] = {}
@@ -451,27 +328,17 @@ async def run_variant(variant: str, args: argparse.Namespace, base: str, port: i
     stop_sampler = asyncio.Event()
     sampler = asyncio.ensure_future(memory_sampler(pid, peak, stop_sampler))
     try:
-        await wait_until_serving(base, server, auth)
+        await wait_until_serving(base, procs.alive, path=f"/api/v1/asks/{MISSING_ASK}", headers=auth, status=None)
         report["rss_idle_kb"] = proc_status(pid).get("VmRSS", 0)
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as http:
-            ws = await http.ws_connect(
-                f"ws://{HOST}:{port}/ws/panel/",
-                headers={"Origin": f"http://{HOST}:{port}",
-                         "Cookie": f"{cookie['cookie_name']}={cookie['session_key']}"},
-                heartbeat=None,
-                autoping=True,
-            )
+            ws = await panel_socket(http, port, fixture.cookie())
             panel = PanelReader(ws)
             reader = asyncio.ensure_future(panel.read())
             try:
                 await asyncio.sleep(0.3)
                 if panel.closed:
                     raise RuntimeError(f"panel socket was refused: {panel.closed}")
-                async with http.post(f"{base}/api/v1/sessions", headers=auth,
-                                     json={"key": f"bench/{variant}", "platform": "web", "web_user": USERNAME}) as resp:
-                    body = await resp.text()
-                    if resp.status not in (200, 201):
-                        raise RuntimeError(f"session upsert failed: HTTP {resp.status} {body[:300]}")
+                await web_session(http, base, auth, f"bench/{variant}", USERNAME)
                 if args.warmup:
                     warm = await park_and_answer(variant, args, base, key, pid, panel, "warm-up", args.warmup,
                                                  None, None)
@@ -700,29 +567,6 @@ def cpu_ms(report: dict[str, Any], key: str) -> float:
 # ------------------------------------------------------------------------------------------ main
 
 
-def start_server(env: dict[str, str], port: int, log_path: Path,
-                 args: argparse.Namespace) -> tuple[subprocess.Popen, Any]:
-    log = open(log_path, "ab")
-    command = [PYTHON, "manage.py", "serve", f"{HOST}:{port}"]
-    if args.tracemalloc:
-        command = [PYTHON, "-c", TRACEMALLOC_WRAPPER, "serve", f"{HOST}:{port}"]
-        env = {**env, "BENCH_TRACEMALLOC_FRAMES": str(args.tracemalloc), "BENCH_SNAPSHOT_DIR": str(args.snapshot_dir)}
-    server = subprocess.Popen(
-        command, cwd=PROJECT_DIR, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )
-    return server, log
-
-
-def stop_server(server: subprocess.Popen) -> None:
-    if server.poll() is None:
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait(timeout=10)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=None,
@@ -774,55 +618,47 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def server_command(args: argparse.Namespace, port: int, env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+    """``manage.py serve`` on ``port`` and its environment; with ``--tracemalloc``, under TRACEMALLOC_WRAPPER."""
+    if args.tracemalloc:
+        traced = {"BENCH_TRACEMALLOC_FRAMES": str(args.tracemalloc), "BENCH_SNAPSHOT_DIR": str(args.snapshot_dir)}
+        return [PYTHON, "-c", TRACEMALLOC_WRAPPER, "serve", f"{HOST}:{port}"], {**env, **traced}
+    return serve_command(port), env
+
+
 def one_round(args: argparse.Namespace, nofile: tuple[int, int]) -> dict[str, dict[str, Any]]:
     """Every variant on a fresh data dir and server, the report printed; the reports by variant."""
     root = Path(tempfile.mkdtemp(prefix="askcards-bench-mcp-"))
-    base_env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL", "DEBUG", "ALLOWED_HOSTS"}}
-    base_env.update({
-        "ASKCARDS_SECRET_KEY": "bench",
-        # One load generator on 127.0.0.1 stands for thousands of clients: no per-peer cap.
-        "ASKCARDS_PEER_CONNECTIONS": "0",
-        # One panel stands for the people answering thousands of asks: it is sent every one of them.
-        "ASKCARDS_PANEL_PAGE": "10000",
-        "DJANGO_SETTINGS_MODULE": "project.settings",
-        "LOG_LEVEL": "WARNING",
-        "PYTHONUNBUFFERED": "1",
-    })
     reports: dict[str, dict[str, Any]] = {}
-    log_path: Path | None = None
+    procs: Processes | None = None
     try:
         for variant in args.variants:
             # A data dir (database) of its own per variant: every variant starts from the same state.
             data_dir = root / variant
             data_dir.mkdir()
-            env = {**base_env, "ASKCARDS_DATA_DIR": str(data_dir)}
-            log_path = data_dir / "server.log"
+            env = bench_env(data_dir, panel_page=True)
+            procs = Processes(data_dir)
             args.snapshot_dir = data_dir
             say(f"{variant}: setup in {data_dir}")
             run_manage(env, "migrate", "--no-input", "-v", "0")
-            cookie = setup_user(env, USERNAME)
-            created = run_manage(env, "askcards_agent", "create", "bench", "--grant", USERNAME, "--json")
-            run_manage(env, "askcards_agent", "quotas", "bench", *NO_QUOTAS)
-            key = json.loads(created.strip().splitlines()[-1])["key"]
+            fixture = seed_fixture(env, [USERNAME], password=PASSWORD)
             port = args.port or free_port()
             base = f"http://{HOST}:{port}"
-            server, log = start_server(env, port, log_path, args)
+            server = procs.start("server", *server_command(args, port, env))
             try:
                 say(f"{variant}: server pid {server.pid} on {base}")
                 reports[variant] = asyncio.run(asyncio.wait_for(
-                    run_variant(variant, args, base, port, server, key, cookie),
+                    run_variant(variant, args, base, port, procs, server.pid, fixture),
                     (300 + args.calls / 5 + args.calls / args.rate) * (5 if args.tracemalloc else 1),
                 ))
             finally:
-                stop_server(server)
-                log.close()
+                procs.stop_all()
         print_report(args, reports, nofile)
         return reports
     except BaseException:
-        if log_path is not None and log_path.exists():
-            tail = log_path.read_bytes()[-4000:].decode(errors="replace")
-            if tail.strip():
-                say(f"--- server log tail ---\n{tail}\n---")
+        tail = procs.tail("server", 4000) if procs is not None else ""
+        if tail.strip():
+            say(f"--- server log tail ---\n{tail}\n---")
         raise
     finally:
         if args.keep:

@@ -10,7 +10,7 @@ Every step is bounded in time and count, every connection goes to 127.0.0.1:
 1. Two throwaway PostgreSQL databases on ``postgres://postgres@127.0.0.1:5432``, ``askcards_scale_<hex>_empty``
    and ``…_seeded`` (dropped at the end, always), each migrated, with the same Feishu bot (its
    ``--base-url`` a Feishu stand-in, ``tests/bench/feishu_stub.py``), agent ``bench`` and a staff
-   user whose login session is written directly (as ``bench_longpoll`` does).
+   user whose login session is written directly (``tests.bench.harness.seed_fixture``).
 2. The seeded one gets, in SQL (``tests.bench.seed``: ``INSERT … SELECT generate_series``, one
    statement per table), all of them the agent's: ``--sessions`` sessions (80 % Feishu chats of
    the bot, each with a running progress card and its card message in sync; web, DingTalk and
@@ -54,7 +54,6 @@ import os
 import secrets
 import shutil
 import statistics
-import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -64,37 +63,43 @@ from typing import Any
 
 import aiohttp
 
-from tests.bench import NO_QUOTAS
-from tests.bench.bench_feishu_callback import (
+from tests.bench.common import Figure, add_rounds_argument, at_most, check_rounds, percentile, run_rounds, say
+from tests.bench.harness import (
     APP_ID,
     APP_SECRET,
     ENCRYPT_KEY,
+    HOST,
+    PASSWORD,
     PG_SERVER,
+    PYTHON,
     QUESTIONS,
     VERIFICATION_TOKEN,
     PendingSubmit,
     Processes,
+    bench_env,
     check_submit_response,
+    free_port,
+    last_json,
     pg_admin,
     pg_available,
     read_stub_port,
+    run_manage,
+    run_python,
     seed_cards,
+    seed_fixture,
     submit_request,
     wait_until_serving,
 )
-from tests.bench.bench_longpoll import HOST, PYTHON, PROJECT_DIR, free_port, percentile, run_manage, say, setup_user
-from tests.bench.common import Figure, add_rounds_argument, at_most, check_rounds, run_rounds
 
 TARGET = 1.5  # seeded / empty
 AGENT = "bench"
 USERNAME = "benchstaff"
-START_TIMEOUT = 60
 STEP_TIMEOUT = 1800  # seconds for any one seeding or measuring subprocess / SQL statement
 PER_CARD = 5
 FIXTURE_FAILED = 50  # failed asks of the hot fixture: one page of GET /asks?status=failed
 QUICK = {"closed": 50_000, "pending": 5_000, "sessions": 500}
 
-# The hot fixture's page of failed asks (its cards come from bench_feishu_callback's seed_cards), on
+# The hot fixture's page of failed asks (its cards come from tests.bench.harness.seed_cards), on
 # both databases alike: a web session no panel shows, so its asks fail (no_surface), dated before
 # the seeded history: ?status=failed lists a full page on the empty database too, and on the
 # seeded one reaching these by walking the history would read all of it.
@@ -193,7 +198,7 @@ from askcards import services
 from askcards.models import Bot
 from askcards.surfaces import sync
 from askcards.surfaces.feishu.surface import BATCH
-from tests.bench.bench_feishu_callback import PendingSubmit, submit_request
+from tests.bench.harness import PendingSubmit, submit_request
 
 params = json.loads(sys.argv[1])
 client = Client(HTTP_HOST="127.0.0.1")
@@ -464,11 +469,7 @@ def newest_after(db: Db) -> int:
 
 
 def run_script(db: Db, script: str, params: dict[str, Any]) -> Any:
-    proc = subprocess.run([PYTHON, "-c", script, json.dumps(params)], cwd=PROJECT_DIR, env=db.env,
-                          capture_output=True, text=True, timeout=STEP_TIMEOUT)
-    if proc.returncode != 0:
-        raise RuntimeError(f"[{db.label}] script failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return last_json(run_python(db.env, script, json.dumps(params), timeout=STEP_TIMEOUT, what=f"[{db.label}] script"))
 
 
 # ----------------------------------------------------------------------------------------- report
@@ -541,9 +542,10 @@ def prepare(db: Db, stub_base: str) -> None:
     run_manage(db.env, "askcards_bot", "add", "feishu", "--app-id", APP_ID, "--app-secret", APP_SECRET,
                "--verification-token", VERIFICATION_TOKEN, "--encrypt-key", ENCRYPT_KEY, "--base-url", stub_base,
                "--name", "bench")
-    db.key = json.loads(run_manage(db.env, "askcards_agent", "create", AGENT, "--json").strip().splitlines()[-1])["key"]
-    run_manage(db.env, "askcards_agent", "quotas", AGENT, *NO_QUOTAS)
-    db.cookie = setup_user(db.env, USERNAME, superuser=True)
+    # The agent is not granted the staff user: the user only reads the admin's pages.
+    fixture = seed_fixture(db.env, [USERNAME], agent=AGENT, grant=False, password=PASSWORD, superuser=True)
+    db.key = fixture.key
+    db.cookie = {"cookie_name": fixture.cookie_name, "session_key": fixture.sessions[0]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -601,10 +603,7 @@ def one_run(args: argparse.Namespace) -> list[Figure]:
             db.data_dir.mkdir()
             pg_admin(f"CREATE DATABASE {db.name}")
             created.append(db.name)
-            db.env = {**base_env, "ASKCARDS_DATA_DIR": str(db.data_dir), "ASKCARDS_SECRET_KEY": "bench",
-                      "DJANGO_SETTINGS_MODULE": "project.settings", "LOG_LEVEL": "WARNING", "PYTHONUNBUFFERED": "1",
-                      "DATABASE_URL": f"{PG_SERVER}/{db.name}",
-                      "ASKCARDS_PEER_CONNECTIONS": "0"}  # one load generator stands for many clients
+            db.env = bench_env(db.data_dir, DATABASE_URL=f"{PG_SERVER}/{db.name}")
             say(f"[{db.label}] database {db.name}, data dir {db.data_dir}")
             prepare(db, stub_base)
         say(f"[seeded] bulk rows: {args.closed:,} closed asks, {args.pending:,} pending, {args.sessions:,} sessions")
@@ -615,7 +614,7 @@ def one_run(args: argparse.Namespace) -> list[Figure]:
         say(f"[seeded] bulk seeding took {time.monotonic() - started:.0f} s")
         cards = -(-(args.callbacks + 1) // PER_CARD)
         for db in dbs:
-            hot = seed_cards(db.env, cards, PER_CARD, label="hot", timeout=STEP_TIMEOUT)
+            hot = seed_cards(db.env, cards, PER_CARD, agent=AGENT, label="hot", timeout=STEP_TIMEOUT)
             run_script(db, FAILED_SEED, {"agent": AGENT, "questions": QUESTIONS, "failed": FIXTURE_FAILED})
             db.pool = [PendingSubmit(*row) for row in hot["asks"]]
             db.detail_ask = db.pool.pop().ask_id
@@ -627,7 +626,7 @@ def one_run(args: argparse.Namespace) -> list[Figure]:
             procs.start(f"server-{db.label}", [PYTHON, "-m", "daphne", "-v", "0", "-b", HOST, "-p", str(port),
                                                "project.asgi:application"], db.env)
         for db in dbs:
-            asyncio.run(wait_until_serving(db.base, procs))
+            asyncio.run(wait_until_serving(db.base, procs.alive))
         say("HTTP figures (p50, empty / seeded):")
         asyncio.run(asyncio.wait_for(measure_http(args, dbs), STEP_TIMEOUT))
         worker: dict[str, dict[str, Any]] = {}

@@ -13,7 +13,7 @@ Every step is bounded in time and count, every connection is to 127.0.0.1:
 
 1. A throwaway PostgreSQL database (random name, dropped at the end, always), Redis DB 13 flushed
    at start and end, ``migrate``; ``ceil(N / --per-user)`` Django users, each with a login session
-   (written with ``django.contrib.sessions``, as bench_longpoll does), one agent granted them all;
+   (``tests.bench.harness.seed_fixture``, as bench_longpoll's), one agent granted them all;
    ``ANALYZE`` (again once the asks are made and once the MCP calls are parked: the statistics
    autovacuum keeps on a deployment, which this machine's PostgreSQL does not run).
 2. Both servers start; their RSS when idle.
@@ -80,33 +80,43 @@ from urllib.parse import urlencode
 import aiohttp
 
 from askcards.runtime import collector
-from tests.bench.bench_longpoll import (
+from tests.bench.common import (
+    Figure, add_rounds_argument, analyze, at_least, at_most, below, check_rounds, exactly, percentile, run_rounds,
+    say,
+)
+from tests.bench.harness import (
     HOST,
-    PROJECT_DIR,
-    PYTHON,
+    REST_WAIT,
+    Call,
+    Fixture,
+    Processes,
+    answer_steadily,
+    bench_env,
+    check,
     free_port,
     mb,
-    percentile,
+    mcp_call,
+    own_cpu_seconds,
+    panel_socket,
+    park,
     proc_cpu_seconds,
     proc_status,
     raise_nofile_limit,
     run_manage,
-    run_python,
-    say,
     search_capacity,
-    settle,
+    seed_fixture,
+    serve_command,
+    settle_tasks,
+    stop_server,
     until,
     wait_quiet,
+    wait_until_serving,
+    web_session,
     yardstick,
-)
-from tests.bench.bench_mcp import Call, check, mcp_call, stop_server
-from tests.bench.common import (
-    Figure, add_rounds_argument, analyze, at_least, at_most, below, check_rounds, exactly, run_rounds,
 )
 
 PG_ADMIN_DSN = f"postgresql://postgres@{HOST}:5432/test"
 REDIS_URL = f"redis://{HOST}:6379/13"
-REST_WAIT = 60
 REST_FIRST_WAITS = 60  # a REST client's first wait is 1..60 s (by index), then 60 s: re-polls come evenly
 ASK_TIMEOUT = 3600
 WAKE_P99_TARGET_MS = 100.0
@@ -118,35 +128,6 @@ TARGET_WAITERS = 10_000  # the size the targets are for
 KINDS = ("rest", "mcp", "panel")
 PLACEMENTS = ((0, 1), (1, 0), (0, 0), (1, 1))  # (answerer socket, watcher socket) server per user
 NAMES = ("A", "B")
-
-SETUP = r"""
-import json, sys, django
-django.setup()
-from django.conf import settings
-from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
-from django.contrib.sessions.backends.db import SessionStore
-from askcards import services
-User = get_user_model()
-names = [f"bench{u:05d}" for u in range(%(users)d)]
-users = []
-for name in names:
-    user = User(username=name)
-    user.set_unusable_password()  # no password hashing: a thousand users in a second
-    users.append(user)
-User.objects.bulk_create(users)
-cookies = []
-for user in User.objects.filter(username__in=names).order_by("username"):
-    session = SessionStore()
-    session[SESSION_KEY] = user._meta.pk.value_to_string(user)
-    session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
-    session[HASH_SESSION_KEY] = user.get_session_auth_hash()
-    session.create()
-    cookies.append(session.session_key)
-agent, key = services.agent_create(name="bench", web_users=names, actor="bench")
-services.agent_quotas_set(agent=agent, actor="bench", **{quota: 0 for quota in services.QUOTAS})  # sizes past any default quota
-print(json.dumps({"cookie_name": settings.SESSION_COOKIE_NAME, "names": names, "sessions": cookies, "key": key}))
-"""
-
 
 # ------------------------------------------------------------------------------------------ state
 
@@ -257,37 +238,14 @@ async def quiet_all(pids: list[int], timeout: float) -> None:
 # ------------------------------------------------------------------------------------------ phases
 
 
-async def wait_serving(bases: list[str], servers: list[subprocess.Popen]) -> None:
-    deadline = time.monotonic() + 90
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as http:
-        for base, server in zip(bases, servers):
-            while True:
-                if server.poll() is not None:
-                    raise RuntimeError(f"server {base} exited early with code {server.returncode}")
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"server {base} did not answer within 90 s")
-                try:
-                    async with http.get(f"{base}/healthz") as resp:
-                        await resp.read()
-                        if resp.status == 200:
-                            break
-                except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
-                    pass
-                await asyncio.sleep(0.2)
-
-
-async def connect_sockets(sockets: list[Socket], ports: list[int], cookie_name: str, sessions: list[str],
-                          by_ask: dict[str, Waiter], http: aiohttp.ClientSession) -> list[asyncio.Task]:
+async def connect_sockets(sockets: list[Socket], ports: list[int], fixture: Fixture, by_ask: dict[str, Waiter],
+                          http: aiohttp.ClientSession) -> list[asyncio.Task]:
     semaphore = asyncio.Semaphore(20)
     readers: list[asyncio.Task] = []
 
     async def one(sock: Socket) -> None:
-        port = ports[sock.server]
         async with semaphore:
-            sock.ws = await http.ws_connect(
-                f"ws://{HOST}:{port}/ws/panel/", heartbeat=None, autoping=True,
-                headers={"Origin": f"http://{HOST}:{port}", "Cookie": f"{cookie_name}={sessions[sock.user]}"},
-            )
+            sock.ws = await panel_socket(http, ports[sock.server], fixture.cookie(sock.user))
         readers.append(asyncio.ensure_future(sock.read(by_ask)))
 
     await asyncio.wait_for(asyncio.gather(*(one(s) for s in sockets)), 60 + len(sockets) / 5)
@@ -304,11 +262,7 @@ async def create_asks(http: aiohttp.ClientSession, bases: list[str], key: str, n
 
     async def session(user: int) -> None:
         async with semaphore:
-            async with http.post(f"{bases[user % 2]}/api/v1/sessions", headers=auth,
-                                 json={"key": f"bench/u{user}", "platform": "web", "web_user": names[user]}) as resp:
-                body = await resp.text()
-        if resp.status not in (200, 201):
-            raise RuntimeError(f"session upsert failed: HTTP {resp.status} {body[:300]}")
+            await web_session(http, bases[user % 2], auth, f"bench/u{user}", names[user])
 
     async def one(n: int, waiter: Waiter) -> None:
         payload = {"session": f"bench/u{waiter.user}", "name": "ask_user_questions",
@@ -360,7 +314,7 @@ async def rest_wait(http: aiohttp.ClientSession, base: str, key: str, waiter: Wa
                 waiter.repolls += 1
                 wait = REST_WAIT
                 continue
-            call.result = {"status": data.get("status"), "ask": data}  # the shape bench_mcp.check reads
+            call.result = {"status": data.get("status"), "ask": data}  # the shape harness.check reads
             return
     except Exception as exc:  # noqa: BLE001 - every failure is a lost wait
         call.arrived = time.monotonic()
@@ -369,42 +323,30 @@ async def rest_wait(http: aiohttp.ClientSession, base: str, key: str, waiter: Wa
         call.done = True
 
 
-async def answer_steadily(order: list[Waiter], answerers: dict[int, Socket], rate: float) -> tuple[float, float]:
-    start = time.monotonic() + 0.05
-    slip = 0.0
-    for index, waiter in enumerate(order):
-        target = start + index / rate
-        delay = target - time.monotonic()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        slip = max(slip, time.monotonic() - target)
-        call = waiter.call
-        message = {"type": "ask_user_questions_result", "requestId": call.ask_id,
-                   "answers": [{"question": call.question, "selectedLabels": [call.label], "customInput": None}]}
-        call.answer_sent = time.monotonic()
-        ws = answerers[waiter.user].ws
-        assert ws is not None
-        await ws.send_str(json.dumps(message))
-    return time.monotonic() - start, slip * 1000
+def answers_over(waiters: list[Waiter], answerers: dict[int, Socket]) -> list[tuple[Any, str | None, Call]]:
+    """The waiters' answers as ``answer_steadily`` sends them, each over its user's answerer socket."""
+    return [(answerers[w.user].ws, w.call.ask_id, w.call) for w in waiters]
 
 
 async def answer_step(segment: list[Waiter], answerers: dict[int, Socket], rate: float) -> dict[str, Any]:
     """One step of the capacity probe: ``segment`` answered at ``rate``/s, then every waiter of it
     (its watcher, its REST/MCP call) given time to wake; wake p50/p99 over all of them."""
-    _, slip_ms = await answer_steadily(segment, answerers, rate)
+    _, slip_ms = await answer_steadily(answers_over(segment, answerers), rate)
     await until(lambda: all(w.woken for w in segment), 30 + len(segment) / rate, 0.1)
     wakes = sorted(ms for w in segment for ms in w.wakes_ms())
     return {"rate": rate, "asks": len(segment), "p50": percentile(wakes, 50), "p99": percentile(wakes, 99),
             "lost": sum(1 for w in segment if not w.woken), "slip_ms": slip_ms}
 
 
-async def bench(args: argparse.Namespace, ports: list[int], servers: list[subprocess.Popen],
-                setup: dict[str, Any]) -> dict[str, Any]:
+async def bench(args: argparse.Namespace, ports: list[int], procs: Processes, servers: list[subprocess.Popen],
+                fixture: Fixture, database_url: str) -> dict[str, Any]:
     pids = [s.pid for s in servers]
     bases = [f"http://{HOST}:{p}" for p in ports]
-    key, names, sessions, cookie_name = setup["key"], setup["names"], setup["sessions"], setup["cookie_name"]
+    key, names = fixture.key, fixture.users
     report: dict[str, Any] = {"load_start": os.getloadavg()[0], "rss": {}}
-    await wait_serving(bases, servers)
+    deadline = time.monotonic() + 90  # for both servers
+    for base in bases:
+        await wait_until_serving(base, procs.alive, timeout=max(0.0, deadline - time.monotonic()))
     report["rss"]["idle"] = snapshot_rss(pids)
 
     users = len(names)
@@ -434,7 +376,7 @@ async def bench(args: argparse.Namespace, ports: list[int], servers: list[subpro
         try:
             # --- panel sockets
             t0 = time.monotonic()
-            readers = await connect_sockets(sockets, ports, cookie_name, sessions, by_ask, http)
+            readers = await connect_sockets(sockets, ports, fixture, by_ask, http)
             await asyncio.sleep(0.5)
             refused = [s.closed for s in sockets if s.closed]
             if refused:
@@ -456,7 +398,7 @@ async def bench(args: argparse.Namespace, ports: list[int], servers: list[subpro
             report["unshown"] = unshown(created, user_sockets)
             await quiet_all(pids, 30)
             report["create_seconds"] = time.monotonic() - t0
-            analyze(setup["database_url"])
+            analyze(database_url)
             report["rss"]["asks"] = snapshot_rss(pids)
             say(f"  {len(created)} REST + panel-only asks created and shown in {report['create_seconds']:.1f} s")
 
@@ -477,29 +419,14 @@ async def bench(args: argparse.Namespace, ports: list[int], servers: list[subpro
             t0 = time.monotonic()
             window = asyncio.Semaphore(args.create_concurrency)
 
-            async def mcp_one(w: Waiter) -> None:
+            def request(w: Waiter):
                 query = urlencode({"session": f"bench/u{w.user}/mcp", "platform": "web", "web_user": names[w.user]})
-                task = asyncio.ensure_future(mcp_call(http, bases[w.server], key, query, w.call, ASK_TIMEOUT, modern=False))
-                try:
-                    shown = asyncio.ensure_future(w.call.shown.wait())
-                    try:
-                        await asyncio.wait({task, shown}, timeout=20, return_when=asyncio.FIRST_COMPLETED)
-                    finally:
-                        shown.cancel()
-                finally:
-                    window.release()
-                try:
-                    await task
-                except Exception as exc:  # noqa: BLE001 - every failure is a lost call
-                    w.call.arrived = w.call.arrived or time.monotonic()
-                    w.call.error = f"{type(exc).__name__}: {exc}"[:200]
-                finally:
-                    w.call.done = True
+                return lambda: mcp_call(http, bases[w.server], key, query, w.call, ASK_TIMEOUT, modern=False)
 
             async def launch() -> None:
                 for w in by_kind["mcp"]:
                     await window.acquire()
-                    tasks.append(asyncio.ensure_future(mcp_one(w)))
+                    tasks.append(asyncio.ensure_future(park(w.call, request(w), window, 20)))
 
             launcher = asyncio.ensure_future(launch())
             # Bounded by progress, not by a rate: on a machine the parked waiters already keep busy
@@ -512,7 +439,7 @@ async def bench(args: argparse.Namespace, ports: list[int], servers: list[subpro
                 raise RuntimeError("the MCP calls stopped parking: none was shown (or failed) for 60 s")
             await quiet_all(pids, 30)
             report["mcp_park_seconds"] = time.monotonic() - t0
-            analyze(setup["database_url"])
+            analyze(database_url)
             report["rss"]["mcp"] = snapshot_rss(pids)
             report["mcp_early"] = sum(1 for w in by_kind["mcp"] if w.call.done)
             report["unshown"] += unshown(by_kind["mcp"], user_sockets)
@@ -535,7 +462,7 @@ async def bench(args: argparse.Namespace, ports: list[int], servers: list[subpro
             # messages): a deployment that has run a while has paid that. Counted for losses only.
             warm, order = order[:args.warmup], order[args.warmup:]
             if warm:
-                await answer_steadily(warm, answerers, WARMUP_RATE)
+                await answer_steadily(answers_over(warm, answerers), WARMUP_RATE)
                 await until(lambda: all(w.woken for w in warm), 30 + len(warm) / WARMUP_RATE, 0.1)
                 say(f"  warm-up: {len(warm)} answers at {WARMUP_RATE:g}/s (losses only)")
             # A capacity probe first, on the first answers (the waiters parked all the while):
@@ -565,9 +492,10 @@ async def bench(args: argparse.Namespace, ports: list[int], servers: list[subpro
                 w.steady = True
             report["steady_answers"] = len(steady)
             say(f"  steady phase: {len(steady)} answers at {rate:.1f}/s")
+            answers = answers_over(steady, answerers)
             cpu, client = [proc_cpu_seconds(p) for p in pids], own_cpu_seconds()
             t0 = time.monotonic()
-            report["answer_seconds"], report["slip_ms"] = await answer_steadily(steady, answerers, rate)
+            report["answer_seconds"], report["slip_ms"] = await answer_steadily(answers, rate)
             await until_stalled(lambda: sum(1 for w in steady if not w.woken), 600 + len(steady), stall=60)
             report["cpu_answer"] = [proc_cpu_seconds(p) - c for p, c in zip(pids, cpu)]
             report["cpu_answer_seconds"] = time.monotonic() - t0
@@ -576,12 +504,12 @@ async def bench(args: argparse.Namespace, ports: list[int], servers: list[subpro
             report["drained"], report["drain_seconds"] = len(later), 0.0
             if later:
                 say(f"  the other {len(later)} answers at {args.drain_rate:g}/s (losses only)")
-                report["drain_seconds"], _ = await answer_steadily(later, answerers, args.drain_rate)
+                report["drain_seconds"], _ = await answer_steadily(answers_over(later, answerers), args.drain_rate)
             polling["until"] = time.monotonic() + args.bound
             if later:
                 # A late wake is not a lost one: wait while wakes still come (a minute without one ends it).
                 await until_stalled(lambda: sum(1 for w in later if not w.woken), 600 + len(later), stall=60)
-            await settle(tasks, REST_WAIT + 60)
+            await settle_tasks(tasks, REST_WAIT + 60)
             await until(lambda: all(w.watcher_woke and w.call.ack for w in order), 30, 0.2)
             report["hwm"] = [proc_status(p).get("VmHWM", 0) for p in pids]
             report["other"] = [m for s in sockets for m in s.other][:3]
@@ -779,12 +707,6 @@ def all_wakes_of(report: dict[str, Any]) -> list[float]:
     return sorted(ms for values in report["wakes"].values() for ms in values)
 
 
-def own_cpu_seconds() -> float:
-    """CPU this process (the load generator: every client connection) has used, user + system."""
-    times = os.times()
-    return times.user + times.system
-
-
 def steady_rate(held: list[float], start: float) -> float:
     """The steady phase's rate when ``--rate`` is not given: the target's once the probe held it
     (the target is that rate for two minutes), else the highest rate held, else half the first."""
@@ -943,26 +865,14 @@ def one_round(args: argparse.Namespace, nofile: tuple[int, int], users: int) -> 
     data_dir = Path(tempfile.mkdtemp(prefix="askcards-bench-scaleout-"))
     db_name = create_database()
     flush_redis()
-    env = {k: v for k, v in os.environ.items() if k not in {"DEBUG", "ALLOWED_HOSTS"}}
-    env.update({
-        "DATABASE_URL": f"postgres://postgres@{HOST}:5432/{db_name}",
-        "REDIS_URL": REDIS_URL,
-        "ASKCARDS_DATA_DIR": str(data_dir),
-        "ASKCARDS_SECRET_KEY": "bench",
-        # One load generator on 127.0.0.1 stands for thousands of clients: no per-peer cap.
-        "ASKCARDS_PEER_CONNECTIONS": "0",
-        "DJANGO_SETTINGS_MODULE": "project.settings",
-        "LOG_LEVEL": "WARNING",
-        "PYTHONUNBUFFERED": "1",
-    })
-    servers: list[subprocess.Popen] = []
-    logs = []
+    env = bench_env(data_dir, DATABASE_URL=f"postgres://postgres@{HOST}:5432/{db_name}", REDIS_URL=REDIS_URL)
+    procs = Processes(data_dir)
 
     def stopped(signum: int, frame: Any) -> None:
         """Stopped by hand (Ctrl-C, kill): asyncio's own SIGINT handling only cancels the run's main
         task, which thousands of parked client tasks outlive, so clean up here and leave."""
         say(f"stopped by signal {signum}: stopping the servers, dropping {db_name}, flushing Redis")
-        for server in servers:
+        for _, server, _ in procs.started:
             stop_server(server)
         try:
             drop_database(db_name)
@@ -976,35 +886,27 @@ def one_round(args: argparse.Namespace, nofile: tuple[int, int], users: int) -> 
     try:
         say(f"setup: database {db_name}, Redis {REDIS_URL} (flushed), {users} web users, data dir {data_dir}")
         run_manage(env, "migrate", "--no-input", "-v", "0")
-        setup = json.loads(run_python(env, SETUP % {"users": users}).strip().splitlines()[-1])
-        setup["database_url"] = env["DATABASE_URL"]
+        # Users with no usable password, made in one statement: no password hashing per user.
+        fixture = seed_fixture(env, [f"bench{u:05d}" for u in range(users)])
         analyze(env["DATABASE_URL"])
         ports = [free_port(), free_port()]
+        servers: list[subprocess.Popen] = []
         for n, extra in enumerate(([], ["--no-worker"])):
-            log = open(data_dir / f"server-{NAMES[n]}.log", "wb")
-            logs.append(log)
-            servers.append(subprocess.Popen(
-                [PYTHON, "manage.py", "serve", f"{HOST}:{ports[n]}", "--no-migrate", *extra],
-                cwd=PROJECT_DIR, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            ))
+            servers.append(procs.start(f"server-{NAMES[n]}", serve_command(ports[n], "--no-migrate", *extra), env))
         say(f"server A pid {servers[0].pid} on :{ports[0]} (with the worker), B pid {servers[1].pid} on :{ports[1]}")
         budget = 1200 + args.waiters / 5 + args.steady_seconds + args.waiters / args.drain_rate
         collector.settle()  # the client's own full collections would count as late wakes (the servers do the same)
-        report = asyncio.run(asyncio.wait_for(bench(args, ports, servers, setup), budget))
+        report = asyncio.run(asyncio.wait_for(bench(args, ports, procs, servers, fixture, env["DATABASE_URL"]), budget))
         print_report(args, report, nofile)
         return report
     except BaseException:
-        for n in range(len(servers)):
-            path = data_dir / f"server-{NAMES[n]}.log"
-            tail = path.read_bytes()[-3000:].decode(errors="replace") if path.exists() else ""
+        for n in range(len(procs.started)):
+            tail = procs.tail(f"server-{NAMES[n]}")
             if tail.strip():
                 say(f"--- server {NAMES[n]} log tail ---\n{tail}\n---")
         raise
     finally:
-        for server in servers:
-            stop_server(server)
-        for log in logs:
-            log.close()
+        procs.stop_all()
         try:
             drop_database(db_name)
         finally:

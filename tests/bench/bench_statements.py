@@ -43,19 +43,12 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable
 
-from tests.bench.bench_longpoll import PROJECT_DIR, PYTHON, say
-from tests.bench.common import Figure, add_rounds_argument, check_rounds, run_rounds
+from tests.bench import harness
+from tests.bench.common import Figure, add_rounds_argument, check_rounds, run_rounds, say
+from tests.bench.harness import PG_SERVER, PROJECT_DIR, PYTHON, pg_admin
 
-PG_SERVER = "postgres://postgres@127.0.0.1:5432"
 PG_DATABASE = "askcards_bench_statements"
 BATCH = 50  # calls per transaction
-
-
-def pg_admin(sql: str) -> None:
-    import psycopg
-
-    with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True, connect_timeout=5) as conn:
-        conn.execute(sql)
 
 
 # ------------------------------------------------------------------------------ the pairs
@@ -72,7 +65,7 @@ def pairs(calls: int) -> list[tuple[str, Callable[[str], Callable[[int], Any]], 
     from askcards.surfaces import sync
     from askcards.surfaces.feishu.cards import WITHDRAWN_SHOWN, WITHDRAWN_TEXT
     from askcards.surfaces.feishu.surface import MAX_FORMS
-    from tests.bench.bench_feishu_callback import QUESTIONS
+    from tests.bench.harness import QUESTIONS
 
     agent, _ = services.agent_create(name="bench")
     services.agent_quotas_set(agent=agent, actor="bench", **{quota: 0 for quota in services.QUOTAS})
@@ -93,7 +86,7 @@ def pairs(calls: int) -> list[tuple[str, Callable[[str], Callable[[int], Any]], 
         for number in range(calls)
     )
     claimable = list(CardMessage.objects.filter(message_id__startswith="om_claim_").order_by("pk").values_list("pk", "message_id"))
-    # A Feishu private chat's card with two pending asks (a seeded card of bench_feishu_callback
+    # A Feishu private chat's card with two pending asks (a card of harness.seed_cards
     # has five, answered one by one: a render after a submit finds four to none, two on average).
     clicked_session, _ = services.session_upsert(agent=agent, key="feishu-cli_statements-private-ou_click", bot=bot)
     clicked_card = ProgressCard.objects.create(session=clicked_session)
@@ -250,7 +243,7 @@ def backends_cpu() -> dict[int, float] | None:
     on another database). Read between timings, never inside one (it walks /proc)."""
     from django.db import connection
 
-    from tests.bench.bench_feishu_callback import postgres_backends
+    from tests.bench.harness import postgres_backends
 
     if connection.vendor != "postgresql":
         return None
@@ -260,7 +253,7 @@ def backends_cpu() -> dict[int, float] | None:
 def backends_used(before: dict[int, float] | None) -> float:
     """The backends' CPU seconds since ``before`` (0 on another database). A backend that ended
     in between is not counted (the pool keeps them: rare)."""
-    from tests.bench.bench_feishu_callback import postgres_cpu_between
+    from tests.bench.harness import postgres_cpu_between
 
     return 0.0 if before is None else postgres_cpu_between(before, backends_cpu())[0]
 
@@ -484,11 +477,10 @@ def seed_submits(count: int, stub_base: str) -> list[Any]:
 
     from askcards import services
     from askcards.models import Agent, CardMessage
-    from tests.bench import bench_feishu_callback as fb
 
     agent = Agent.objects.get(name="bench")
-    bot = services.bot_add(platform="feishu", app_id=fb.APP_ID, app_secret=fb.APP_SECRET, base_url=stub_base,
-                           verification_token=fb.VERIFICATION_TOKEN, encrypt_key=fb.ENCRYPT_KEY)
+    bot = services.bot_add(platform="feishu", app_id=harness.APP_ID, app_secret=harness.APP_SECRET, base_url=stub_base,
+                           verification_token=harness.VERIFICATION_TOKEN, encrypt_key=harness.ENCRYPT_KEY)
     services.agent_bot_grant(agent=agent, bot=bot, actor="bench")
     per_card = 5
     by_card = []
@@ -499,14 +491,14 @@ def seed_submits(count: int, stub_base: str) -> list[Any]:
                 services.progress_put(session=session, status="running", title=f"Bench task {number}",
                                       content="Working on the benchmark task: **step 3 of 5**, reading the logs.")
                 asks = [services.tool_call(agent=agent, session=session, name="ask_user_questions",
-                                           arguments={"questions": fb.QUESTIONS}, timeout_seconds=3600).ask.id
+                                           arguments={"questions": harness.QUESTIONS}, timeout_seconds=3600).ask.id
                         for _ in range(per_card)]
                 by_card.append((session.id, session.user_id, asks))
     CardMessage.objects.filter(bot=bot).update(
         message_id=Concat(Value("om_bench_"), Cast("id", CharField())), synced_version=F("version"), next_sync_at=None
     )
     messages = dict(CardMessage.objects.filter(bot=bot).values_list("progress_card__session_id", "message_id"))
-    return [fb.PendingSubmit(asks[position], session_id, user_id, messages[session_id], position)
+    return [harness.PendingSubmit(asks[position], session_id, user_id, messages[session_id], position)
             for position in range(per_card) for session_id, user_id, asks in by_card]
 
 
@@ -524,12 +516,11 @@ def whole(submits: list[Any], chunk: int, rounds: int, orm: set[str], threads: i
     from askcards import callbacks
     from askcards.surfaces.base import SyncReport
     from askcards.surfaces.feishu.surface import FeishuSurface
-    from tests.bench import bench_feishu_callback as fb
 
     def submit(request):
         body, headers = request
         try:
-            return callbacks.feishu_handle(fb.APP_ID, CaseInsensitiveMapping(headers), body)
+            return callbacks.feishu_handle(harness.APP_ID, CaseInsensitiveMapping(headers), body)
         finally:
             close_old_connections()  # as askcards.db.in_pool does around each request
 
@@ -540,7 +531,7 @@ def whole(submits: list[Any], chunk: int, rounds: int, orm: set[str], threads: i
     with ThreadPoolExecutor(threads) as pool:
         for number in range(rounds):
             for variant in (("hand", "orm") if number % 2 == 0 else ("orm", "hand")):
-                requests = [fb.submit_request(next(queue)) for _ in range(chunk)]
+                requests = [harness.submit_request(next(queue)) for _ in range(chunk)]
                 with Patched(patches if variant == "orm" else []):
                     backends = backends_cpu()
                     started, started_cpu = time.perf_counter(), time.process_time()
@@ -548,7 +539,7 @@ def whole(submits: list[Any], chunk: int, rounds: int, orm: set[str], threads: i
                     wall, cpu = time.perf_counter() - started, time.process_time() - started_cpu
                     samples["submit"].setdefault(variant, []).append((wall / chunk, cpu / chunk, backends_used(backends) / chunk))
                     for status, data in responses:
-                        problem = fb.check_submit_response(status, json.dumps(data).encode())
+                        problem = harness.check_submit_response(status, json.dumps(data).encode())
                         if problem:
                             raise RuntimeError(f"submit failed: {problem}")
                     pushed = 0
@@ -762,12 +753,10 @@ def main() -> None:
 
 def one_run(args: argparse.Namespace) -> list[Figure]:
     """A Feishu stand-in and every target in a process of its own, printed; the figures."""
-    from tests.bench.bench_feishu_callback import read_stub_port
-
     say(f"load average at start: {os.getloadavg()}")
     stub = subprocess.Popen([PYTHON, "-m", "tests.bench.feishu_stub"], cwd=PROJECT_DIR, stdout=subprocess.PIPE)
     try:
-        stub_base = f"http://127.0.0.1:{read_stub_port(stub)}"
+        stub_base = f"http://127.0.0.1:{harness.read_stub_port(stub)}"
         results = {target: run_target(target, args, stub_base) for target in args.targets.split(",")}
     finally:
         stub.terminate()
