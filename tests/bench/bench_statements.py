@@ -469,37 +469,19 @@ class Patched:
 
 
 def seed_submits(count: int, stub_base: str) -> list[Any]:
-    """``count`` pending asks on Feishu progress cards (5 per card, already sent and in sync) and
-    the submit requests answering them, in round-robin order over the cards."""
-    from django.db import transaction
-    from django.db.models import CharField, F, Value
-    from django.db.models.functions import Cast, Concat
-
+    """``count`` pending asks on Feishu progress cards (5 per card, already sent and in sync:
+    ``harness.seed_cards_here``, as bench_feishu_callback's seeding process makes them) and the
+    submit requests answering them, in round-robin order over the cards."""
     from askcards import services
-    from askcards.models import Agent, CardMessage
+    from askcards.models import Agent
 
     agent = Agent.objects.get(name="bench")
     bot = services.bot_add(platform="feishu", app_id=harness.APP_ID, app_secret=harness.APP_SECRET, base_url=stub_base,
                            verification_token=harness.VERIFICATION_TOKEN, encrypt_key=harness.ENCRYPT_KEY)
     services.agent_bot_grant(agent=agent, bot=bot, actor="bench")
     per_card = 5
-    by_card = []
-    for first in range(0, count // per_card, 20):
-        with transaction.atomic():
-            for number in range(first, min(count // per_card, first + 20)):
-                session, _ = services.session_upsert(agent=agent, key=f"feishu-{bot.app_id}-private-ou_bench_{number:05d}", bot=bot)
-                services.progress_put(session=session, status="running", title=f"Bench task {number}",
-                                      content="Working on the benchmark task: **step 3 of 5**, reading the logs.")
-                asks = [services.tool_call(agent=agent, session=session, name="ask_user_questions",
-                                           arguments={"questions": harness.QUESTIONS}, timeout_seconds=3600).ask.id
-                        for _ in range(per_card)]
-                by_card.append((session.id, session.user_id, asks))
-    CardMessage.objects.filter(bot=bot).update(
-        message_id=Concat(Value("om_bench_"), Cast("id", CharField())), synced_version=F("version"), next_sync_at=None
-    )
-    messages = dict(CardMessage.objects.filter(bot=bot).values_list("progress_card__session_id", "message_id"))
-    return [harness.PendingSubmit(asks[position], session_id, user_id, messages[session_id], position)
-            for position in range(per_card) for session_id, user_id, asks in by_card]
+    order, _ = harness.seed_cards_here(agent, bot, count // per_card, per_card, harness.QUESTIONS, "bench")
+    return [harness.PendingSubmit(*row) for row in order]
 
 
 def whole(submits: list[Any], chunk: int, rounds: int, orm: set[str], threads: int) -> dict[str, Any]:
