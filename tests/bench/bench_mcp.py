@@ -59,6 +59,7 @@ import signal
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -239,7 +240,7 @@ async def park_and_answer(variant: str, args: argparse.Namespace, base: str, key
     figures: dict[str, Any] = {}
     async with aiohttp.ClientSession(connector=connector, timeout=timeout, trace_configs=[trace]) as http:
 
-        def request(call: Call):
+        def request(call: Call) -> Callable[[], Awaitable[None]]:
             if variant in MCP_VARIANTS:
                 return lambda: mcp_call(http, base, key, query, call, args.ask_timeout, modern=variant == "mcp2026")
             return lambda: rest_call(http, base, key, session, call, args.ask_timeout)

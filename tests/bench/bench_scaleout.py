@@ -72,6 +72,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -419,7 +420,7 @@ async def bench(args: argparse.Namespace, ports: list[int], procs: Processes, se
             t0 = time.monotonic()
             window = asyncio.Semaphore(args.create_concurrency)
 
-            def request(w: Waiter):
+            def request(w: Waiter) -> Callable[[], Awaitable[None]]:
                 query = urlencode({"session": f"bench/u{w.user}/mcp", "platform": "web", "web_user": names[w.user]})
                 return lambda: mcp_call(http, bases[w.server], key, query, w.call, ASK_TIMEOUT, modern=False)
 
