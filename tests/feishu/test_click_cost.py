@@ -5,7 +5,7 @@ Measured in SQLite virtual-machine steps (a progress handler counts them), which
 on the machine or its load. SQLite plans without statistics: an index led by ``status`` alone
 (the admin's ``ask_status_created_idx``) once won the planner over the session's index and the
 sweeps' partial indexes, and every click, card push and 0.5 s tick then read every pending ask of
-every session (bench_feishu_callback: twice the CPU per submit with 10,000 asks waiting)."""
+every session (bench_feishu_callback: a submit's CPU grew with the asks waiting)."""
 from __future__ import annotations
 
 import json

@@ -1,9 +1,9 @@
 """A panel socket shows every ask of its user even when the bus drops the push (issue 14, issue 26).
 
 Pushes cross processes over Redis pub/sub (askcards.wake.bus): each process has one subscriber
-connection, subscribed to the keys it has members for (a panel socket: its user's key). A
-10,000-waiter run of tests/bench/bench_scaleout.py once lost 155 asks when a process holding both
-of a user's sockets fell behind and the former channel layer dropped their pushes.
+connection, subscribed to the keys it has members for (a panel socket: its user's key). A run of
+tests/bench/bench_scaleout.py once lost asks when a process holding both of a user's sockets fell
+behind and the former channel layer dropped their pushes.
 
 Here one ``manage.py serve --no-worker`` process on PostgreSQL + Redis holds a panel socket; the
 test stalls it with SIGSTOP (a process that has fallen behind), publishes pushes for it, and
