@@ -196,6 +196,32 @@ async def test_a_method_a_long_poll_route_has_not_still_needs_the_key_first(pend
     assert exchange.pulled_bytes == 0
 
 
+async def test_a_parked_long_poll_holds_one_request_not_the_edges_too(agent_and_key, pending_ask):
+    """While it waits, a long-poll keeps the one request its re-reads are answered through, not
+    the edge's request its prologue checked the key and the length on as well: a server holding
+    thousands of parked long-polls would hold thousands of each."""
+    import gc
+
+    from django.http import HttpRequest
+
+    from askcards.wake import events
+    from askcards.wake.hub import HUB
+
+    path = f"/api/v1/asks/{pending_ask.id}/wait"
+    exchange = _get(path, agent_and_key[1], body={"timeout": 20}, method="POST")
+    waiting = asyncio.ensure_future(exchange.get_response(timeout=25))
+    async with asyncio.timeout(10):
+        while not HUB.count(events.ask_key(pending_ask.id)):  # parked
+            await asyncio.sleep(0.05)
+    await asyncio.sleep(0.2)
+    gc.collect()
+    held = [o for o in gc.get_objects() if isinstance(o, HttpRequest) and o.path == path]
+    assert len(held) == 1, f"a parked long-poll holds {len(held)} requests"
+    await database_sync_to_async(services.ask_answer)(ask_id=pending_ask.id, answers=answer_for(), surface="web")
+    response = await waiting
+    assert json.loads(response["body"])["status"] == "answered"
+
+
 @pytest.mark.parametrize("ends", ["answered", "timed out"])
 async def test_a_parked_long_poll_leaves_no_cycle_behind(agent_and_key, pending_ask, ends):
     """What a parked long-poll held is freed as it ends, answered or at its timeout (then the

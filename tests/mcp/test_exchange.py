@@ -8,6 +8,7 @@ import logging
 
 import pytest
 from channels.db import database_sync_to_async
+from django.http import HttpRequest
 
 from askcards.wake import events
 from askcards import services
@@ -149,6 +150,8 @@ async def test_a_parked_call_holds_no_row_of_its_ask_and_still_returns_it_whole(
     gc.collect()
     held = [o for o in gc.get_objects() if isinstance(o, Ask) and o.pk == ask_id]
     assert not held, "a parked call holds its ask's row"
+    requests = [o for o in gc.get_objects() if isinstance(o, HttpRequest) and o.path.startswith("/mcp")]
+    assert not requests, "a parked call holds the Django request its prologue checked the key on"
     copies = [o for o in gc.get_objects()  # lists of options (a dict of strings is not tracked)
               if isinstance(o, list) and o is not questions[0]["options"] and option in o]
     assert not copies, "a parked call holds a copy of its arguments"
