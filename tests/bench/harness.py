@@ -28,7 +28,6 @@ import resource
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -42,6 +41,7 @@ import aiohttp
 
 from askcards.surfaces.feishu import security
 from tests.bench.common import PROJECT_DIR, percentile, say
+from tests.serving import free_port as free_port  # the benchmarks take it from here
 
 PYTHON = sys.executable
 HOST = "127.0.0.1"
@@ -69,12 +69,6 @@ def raise_nofile_limit() -> tuple[int, int]:
         except (ValueError, OSError):
             pass
     return resource.getrlimit(resource.RLIMIT_NOFILE)
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
-        return sock.getsockname()[1]
 
 
 def bench_env(data_dir: Path | str, *, settings: str = "project.settings", panel_page: bool = False,

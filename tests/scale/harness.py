@@ -14,6 +14,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from tests.serving import free_port
+
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 PG_HOST, PG_PORT = "127.0.0.1", 5432
 REDIS_HOST, REDIS_PORT = "127.0.0.1", 6379
@@ -191,14 +193,6 @@ def _pg_bin() -> Path | None:
     return found[-1].parent if found else None
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @dataclass
 class PrivateCluster:
     """A PostgreSQL cluster of the test's own, on a free port, trust auth, that the test may stop
@@ -206,7 +200,7 @@ class PrivateCluster:
     refuses root). ``remove()`` stops it and deletes its files."""
 
     root: Path
-    port: int = field(default_factory=_free_port)
+    port: int = field(default_factory=free_port)
 
     @staticmethod
     def binaries() -> Path | None:
@@ -269,7 +263,7 @@ class PrivateRedis:
     """A Redis server of the test's own (no persistence: a restart starts empty, as a crashed
     cache would), killed and started again on the same port by the test."""
 
-    port: int = field(default_factory=_free_port)
+    port: int = field(default_factory=free_port)
     proc: subprocess.Popen | None = None
 
     @property
