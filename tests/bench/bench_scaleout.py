@@ -100,6 +100,7 @@ from tests.bench.harness import (
     own_cpu_seconds,
     panel_socket,
     park,
+    pg_admin,
     proc_cpu_seconds,
     proc_status,
     raise_nofile_limit,
@@ -116,7 +117,6 @@ from tests.bench.harness import (
     yardstick,
 )
 
-PG_ADMIN_DSN = f"postgresql://postgres@{HOST}:5432/test"
 REDIS_URL = f"redis://{HOST}:6379/13"
 REST_FIRST_WAITS = 60  # a REST client's first wait is 1..60 s (by index), then 60 s: re-polls come evenly
 ASK_TIMEOUT = 3600
@@ -780,23 +780,13 @@ def figures(report: dict[str, Any]) -> list[Figure]:
 
 
 def create_database() -> str:
-    import psycopg
-    from psycopg import sql
-
     name = f"askcards_bench_{secrets.token_hex(6)}"
-    with psycopg.connect(PG_ADMIN_DSN, autocommit=True, connect_timeout=5) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    pg_admin(f"CREATE DATABASE {name}")
     return name
 
 
 def drop_database(name: str) -> None:
-    import psycopg
-    from psycopg import sql
-
-    with psycopg.connect(PG_ADMIN_DSN, autocommit=True, connect_timeout=5) as conn:
-        conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s "
-                     "AND pid <> pg_backend_pid()", (name,))
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
+    pg_admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")  # its servers' connections ended too
 
 
 def flush_redis() -> None:
