@@ -31,6 +31,8 @@ class Ask(models.Model):
         SESSION_CANCELLED = "session_cancelled"
         PAUSE_FAILED = "pause_failed"
         HOST_GONE = "host_gone"  # an agent host stopped waiting for its prompt (askcards.hosts)
+        # The agent host's prompt was settled in its own terminal: its tool ran, or its turn ended.
+        HOST_HANDLED = "host_handled"
         CALLER_GONE = "caller_gone"  # an MCP client left a blocking call and did not come back for it
         DECLINED = "declined"  # the person declined the host's form (host=ask): their answer, no answers
         DISMISSED = "dismissed"  # the person dismissed the host's form without choosing (host=ask)
@@ -57,6 +59,7 @@ class Ask(models.Model):
             Reason.SESSION_CANCELLED,
             Reason.PAUSE_FAILED,
             Reason.HOST_GONE,
+            Reason.HOST_HANDLED,
             Reason.CALLER_GONE,
             Reason.DECLINED,
             Reason.DISMISSED,
@@ -101,9 +104,9 @@ class Ask(models.Model):
     activated_at = models.DateTimeField(null=True, blank=True)
     closed_at = models.DateTimeField(null=True, blank=True)
     result_delivered_at = models.DateTimeField(null=True, blank=True)
-    # Not stored: the surface whose answer (or decline) just ended this ask, set by the transition
-    # on the row it closed, so the surfaces told after the commit can say where ("" when unknown).
-    closed_on: str = ""
+    # The surface whose answer (or decline) ended this ask ("" when none did: a deadline, an agent,
+    # the system), so every surface can say where it was answered — the Feishu card long after.
+    closed_on = models.CharField(max_length=20, blank=True)
     answers_purged_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
@@ -124,7 +127,8 @@ class Ask(models.Model):
                         | Q(
                             status="cancelled",
                             reason__in=["by_respondent", "by_agent", "by_operator", "session_cancelled", "pause_failed",
-                                       "host_gone", "caller_gone", "declined", "dismissed"],
+                                       "host_gone", "host_handled", "caller_gone", "declined",
+                                       "dismissed"],
                         )
                         | Q(status="expired", reason="timeout")
                         | Q(
@@ -164,6 +168,10 @@ class Ask(models.Model):
             # Admin list filtered by platform, or by tool, newest first.
             models.Index(fields=["platform", "-created_at"], name="ask_platform_created_idx"),
             models.Index(fields=["tool", "-created_at"], name="ask_tool_created_idx"),
+            # The Feishu card's note on forms answered where the card cannot show it (the MCP
+            # client's own dialog, an MCP App): few rows, read on every render of a session's card.
+            models.Index(fields=["session", "-closed_at"], name="ask_answered_on_host_idx",
+                         condition=Q(status="answered", closed_on__in=["host", "host_app"])),
             # Retention purge: delivered results whose answers are still stored.
             models.Index(
                 fields=["result_delivered_at"],

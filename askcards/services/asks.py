@@ -297,7 +297,7 @@ def close(
         won = from_status in expected and statements.ask_close(
             ask.pk,
             from_status=from_status,
-            changes={"status": status, "reason": reason, "closed_at": now, "result": result},
+            changes={"status": status, "reason": reason, "closed_at": now, "result": result, "closed_on": surface},
             respondent=row,
             # A targeted collection ends: whoever has not responded is missing.
             missing=ask.target_type != Ask.Target.NONE,

@@ -2,9 +2,11 @@
 read back as the host's decision while the host waits.
 
 The ask lives exactly as long as the host waits: its deadline is the wait's, and when the host
-stops waiting (its request closed: timed out, interrupted, or the prompt answered in the terminal)
-the ask is cancelled with ``host_gone``, withdrawing it from every card and panel — nobody answers
-into a void. The first answer wins, as everywhere; the host's decision names who gave it and where
+stops waiting (its request closed: timed out or interrupted) the ask is cancelled with
+``host_gone`` (「智能体已停止等待。」), withdrawing it from every card and panel — nobody answers
+into a void. A prompt answered in the host's own terminal is known by what follows it (its tool
+ran, or the host session's turn ended with it still open): cancelled ``host_handled``
+(「已在终端处理。」). The first answer wins, as everywhere; the host's decision names who gave it and where
 in the ask's audit ("delivered").
 """
 from __future__ import annotations
@@ -115,38 +117,41 @@ def host_left(*, agent: Agent, ask_id: str) -> None:
 
 def host_progress(*, session: Session, sender_id: str, progress: Progress) -> None:
     """A host's tool or turn event on a Feishu session's progress card (where the host's prompts
-    stack); nothing on other sessions. A turn's end (``completed``) ends the card's run — unless
-    another host session (two Claude Code sessions may share one session URL) or an agent still
-    asks on it: ending the run would cancel their asks too.
+    stack). A turn's end (``completed``) ends the card's run — unless another host session (two
+    Claude Code sessions may share one session URL) or an agent still asks on it: ending the run
+    would cancel their asks too.
 
-    A tool that ran had its permission given: when that was in the terminal, askcards still asks
-    about it (the host keeps the hook's request open until its timeout), so the prompt's ask is
-    withdrawn now (``host_gone``) — on every session."""
+    On every session, the events also settle prompts answered in the host's terminal, which
+    askcards would still be asking about (the host keeps the hook's request open until its
+    timeout): a tool that ran had its permission given, and a turn that ended left its prompts
+    denied; those asks are withdrawn now (``host_handled``)."""
     if progress.settled is not None:
         _settle(session, *progress.settled)
+    if progress.status == ProgressCard.Status.COMPLETED:
+        _turn_ended(session, progress.host_session)
     if session.platform != Session.Platform.FEISHU or session.bot is None:
         return
     if progress.status != ProgressCard.Status.RUNNING and not _card_running(session):
         return  # nothing running to end
-    if progress.status == ProgressCard.Status.COMPLETED and _others_still_ask(session, progress.host_session):
+    if progress.status == ProgressCard.Status.COMPLETED and Ask.objects.filter(
+            session=session, status__in=Ask.OPEN).exists():
         return  # another host session (or agent) still waits on this card: its run goes on
     progress_put(session=session, status=progress.status, title=progress.title, content=progress.content,
                  sender_id=sender_id)
 
 
-def _others_still_ask(session: Session, host_session: str) -> bool:
-    """A host session's turn ended: its own open prompts on this askcards session are withdrawn
-    (``host_gone``: nobody waits for them any more); whether any other open ask remains — another
-    Claude Code session's prompt sharing the session URL, an agent's own ask — which ending the
-    card's run would cancel."""
-    open_asks = Ask.objects.filter(session=session, status__in=Ask.OPEN)
+def _turn_ended(session: Session, host_session: str) -> None:
+    """A host session's turn ended: its own prompts still open on this askcards session were
+    settled in its terminal (denied there, so no tool ran) and are withdrawn (``host_handled``),
+    on every platform. Another Claude Code session's prompts sharing the session URL, and an
+    agent's own asks, stay."""
     mine = AskEvent.objects.filter(
-        kind=AskEvent.Kind.CREATED, ask__in=open_asks, detail__host__session_id=host_session,
+        kind=AskEvent.Kind.CREATED, ask__session=session, ask__status__in=Ask.OPEN,
+        detail__host__session_id=host_session,
     ).select_related("ask", "ask__session", "ask__agent")
     for row in mine:
-        if ask_cancel(ask=row.ask, reason=Ask.Reason.HOST_GONE, actor="system"):
+        if ask_cancel(ask=row.ask, reason=Ask.Reason.HOST_HANDLED, actor="system"):
             logger.info("ask %s withdrawn: its host session's turn ended", row.ask_id)
-    return open_asks.exists()
 
 
 def _settle(session: Session, host_session: str, tool_name: str, tool_input: str) -> None:
@@ -158,7 +163,7 @@ def _settle(session: Session, host_session: str, tool_name: str, tool_input: str
     ).select_related("ask", "ask__session", "ask__agent")
     for row in created:
         if row.detail.get("host", {}).get("tool_input") == tool_input and ask_cancel(
-                ask=row.ask, reason=Ask.Reason.HOST_GONE, actor="system"):
+                ask=row.ask, reason=Ask.Reason.HOST_HANDLED, actor="system"):
             logger.info("ask %s withdrawn: its tool runs (permission given in the host's terminal)", row.ask_id)
 
 

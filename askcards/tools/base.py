@@ -35,6 +35,7 @@ ERROR_TEXTS = {
     "session_cancelled": "任务已取消，提问随之取消",
     "pause_failed": "当前任务未能暂停，此卡已失效，请重新发起。",
     "host_gone": "智能体已停止等待",
+    "host_handled": "已在终端处理",
     "caller_gone": "调用方已断开，提问已取消",
     "declined": "用户拒绝回答",
     "dismissed": "用户关闭了提问，未作答",

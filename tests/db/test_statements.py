@@ -350,3 +350,36 @@ def test_card_asks_reads_the_asks_withdrawn_after_being_shown_newest_first_per_s
     assert found[other.pk] == ([], [theirs])
     assert [row.pk for row in card_asks([feishu_session.pk], withdrawn=2)[feishu_session.pk][1]] == [newest.pk, new.pk]
     assert card_asks([]) == {}
+
+
+def test_card_asks_reads_the_asks_answered_where_the_card_cannot_show_it_among_the_withdrawn(agent, feishu_session):
+    """An answer given in the MCP client's own dialog or an MCP App is a line on the card like a
+    withdrawal, in one newest-first list with them; answers on the card or the panel are not."""
+    now = timezone.now()
+
+    def ended(minutes, status, reason, closed_on="", **fields):
+        values = {"activated_at": now - timedelta(hours=1), "closed_at": now - timedelta(minutes=minutes),
+                  "questions": [{"header": f"q{minutes}"}], **fields}
+        return new_ask(feishu_session, status=status, reason=reason, closed_on=closed_on, **values)
+
+    on_host = ended(1, "answered", "submitted", "host")
+    gone = ended(2, "cancelled", "host_gone")
+    in_app = ended(3, "answered", "submitted", "host_app")
+    ended(4, "answered", "submitted", "web")  # the panel: the card shows nothing of it
+    ended(5, "answered", "submitted", "feishu")
+    ended(6, "answered", "submitted", "host", activated_at=None)  # never shown on the card
+    oldest = ended(7, "answered", "empty", "host")
+
+    def read(withdrawn):
+        return statements.card_asks([feishu_session.pk], pending=5, withdrawn_reasons=("host_gone",),
+                                    withdrawn=withdrawn, answered_on=("host", "host_app"))[feishu_session.pk][1]
+
+    rows = read(5)
+    assert [row.pk for row in rows] == [on_host.pk, gone.pk, in_app.pk, oldest.pk]
+    assert [(row.reason, row.closed_on) for row in rows[:3]] == [
+        ("submitted", "host"), ("host_gone", ""), ("submitted", "host_app")]
+    assert [row.pk for row in read(2)] == [on_host.pk, gone.pk]  # the newest two across both kinds
+    assert [row.pk for row in card_asks([feishu_session.pk])[feishu_session.pk][1]] == [gone.pk]  # not asked for
+    with pytest.raises(ValueError):
+        statements.card_asks([feishu_session.pk], pending=1, withdrawn_reasons=("host_gone",), withdrawn=1,
+                             answered_on=("host'--",))

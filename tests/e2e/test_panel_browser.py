@@ -404,7 +404,7 @@ def test_an_ask_nobody_waits_for_any_more_says_why_on_the_page(tmp_path, browser
         shown_prompt.get_by_role("radio", name="允许").wait_for()
         prompt = page.locator(f'section.ask[data-request-id="{shown_prompt.get_attribute("data-request-id")}"]')
         host.close()
-        prompt.get_by_text("已在终端处理，或智能体已停止等待。").wait_for()
+        prompt.get_by_text("智能体已停止等待。").wait_for()
         assert prompt.locator("form").count() == 0
 
         # A blocking MCP call whose client leaves and never comes back (a 2 s grace here).

@@ -154,23 +154,43 @@ def test_worst_case_single_ask_of_escaped_text_still_gets_a_form():
 
 
 def test_a_withdrawn_form_leaves_a_line_saying_why_in_the_panels_words():
-    """The host answered in its terminal (host_gone), an MCP caller went away (caller_gone): the
-    form goes, and the card says so in the words the panel and the DingTalk card use."""
+    """The host stopped waiting (host_gone), an MCP caller went away (caller_gone): the form goes,
+    and the card says so in the words the panel and the DingTalk card use."""
     withdrawn = (cards.WithdrawnAsk(id=ask_id(2), what="权限请求", reason="host_gone"),
                  cards.WithdrawnAsk(id=ask_id(1), what="Data*base", reason="caller_gone"))
     card = render_progress_card(view(asks=(pending(3),), withdrawn=withdrawn)).card
     assert [form["name"] for form in forms(card)] == ["ask_0"]
     [note] = [e for e in card["body"]["elements"] if e["tag"] == "markdown" and "已撤回" in e["content"]]
-    assert note["content"] == ("**已撤回的问题**\n- 权限请求：已在终端处理，或智能体已停止等待。\n"
+    assert note["content"] == ("**已撤回的问题**\n- 权限请求：智能体已停止等待。\n"
                                "- Data&#42;base：智能体已断开，不再等待这个回答。")
     assert card["body"]["elements"].index(note) > card["body"]["elements"].index(forms(card)[0])
     # A finished run keeps saying why (its forms are gone either way); the latest three at most.
     many = tuple(cards.WithdrawnAsk(id=ask_id(n), what=f"问题{n}", reason="host_gone") for n in range(5))
     ended = texts(render_progress_card(view("completed", withdrawn=many)).card)
     assert [f"问题{n}" in ended for n in range(5)] == [True, True, True, False, False]
-    # Other endings leave no line (the ask was answered, or the agent itself ended it).
+    # Other endings leave no line (the ask was answered where the card shows it — on the card or
+    # the panel — or the agent itself ended it).
     assert "已撤回" not in texts(render_progress_card(view(withdrawn=(
-        cards.WithdrawnAsk(id=ask_id(1), what="Database", reason="by_agent"),))).card)
+        cards.WithdrawnAsk(id=ask_id(1), what="Database", reason="by_agent"),
+        cards.WithdrawnAsk(id=ask_id(2), what="Database", reason="submitted", surface="web"),
+        cards.WithdrawnAsk(id=ask_id(3), what="Database", reason="submitted", surface="feishu"),
+        cards.WithdrawnAsk(id=ask_id(4), what="Database", reason="timeout"),))).card)
+
+
+def test_a_form_settled_in_the_host_says_where_and_how():
+    """The prompt settled in the agent host's terminal, and the MCP client's own dialog or an MCP
+    App answering, declining or closing the form: each line says so, as the panel does."""
+    endings = (cards.WithdrawnAsk(id=ask_id(1), what="权限请求", reason="host_handled"),
+               cards.WithdrawnAsk(id=ask_id(2), what="数据库", reason="submitted", surface="host"),
+               cards.WithdrawnAsk(id=ask_id(3), what="部署", reason="submitted", surface="host_app"))
+    assert texts(render_progress_card(view(withdrawn=endings)).card).count("\n- ") == 3
+    note = cards.withdrawn_note(endings)["content"]
+    assert note == ("**已撤回的问题**\n- 权限请求：已在终端处理。\n- 数据库：已在 MCP 客户端回答。\n"
+                    "- 部署：已在 MCP 应用回答。")
+    refused = (cards.WithdrawnAsk(id=ask_id(1), what="数据库", reason="declined", surface="host"),
+               cards.WithdrawnAsk(id=ask_id(2), what="部署", reason="dismissed", surface="host"))
+    assert cards.withdrawn_note(refused)["content"] == (
+        "**已撤回的问题**\n- 数据库：已在 MCP 客户端拒绝回答。\n- 部署：已在 MCP 客户端关闭，未作答。")
 
 
 def test_the_worst_case_ask_still_gets_its_form_beside_withdrawn_lines():

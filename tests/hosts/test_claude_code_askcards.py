@@ -158,13 +158,13 @@ def test_the_host_giving_up_withdraws_the_form_from_the_feishu_card_saying_why(t
         thread.join(timeout=WAIT)
         assert not thread.is_alive()
         withdrawn = serving.until(
-            lambda: "已在终端处理，或智能体已停止等待。" in json.dumps(message.card, ensure_ascii=False) and message.card,
+            lambda: "智能体已停止等待。" in json.dumps(message.card, ensure_ascii=False) and message.card,
             "the card to say why the form left", WAIT)
 
     assert done["run"].returncode == 0, done["run"].stderr
     assert not (host.project / "out.txt").exists()
     assert not forms(withdrawn)
-    assert "- 权限请求：已在终端处理，或智能体已停止等待。" in json.dumps(withdrawn, ensure_ascii=False)
+    assert "- 权限请求：智能体已停止等待。" in json.dumps(withdrawn, ensure_ascii=False)
     assert fake.calls("PATCH", f"/open-apis/im/v1/messages/{message.message_id}")
 
 
@@ -212,7 +212,7 @@ def test_answered_in_the_terminal_first_the_ask_leaves_the_panel_when_the_tool_r
             took = time.monotonic() - started
 
     assert (host.project / "out.txt").read_text() == "hi\n"
-    assert reason == "host_gone" and took < 20  # not the hook's 300 s
+    assert reason == "host_handled" and took < 20  # not the hook's 300 s
 
 
 # ------------------------------------------------------------------------------- elicitation

@@ -390,7 +390,7 @@ async def test_on_feishu_one_claude_code_session_stopping_leaves_anothers_prompt
     stop = await _post(FEISHU_URL, key, {**session_a, "hook_event_name": "Stop"}).get_response(timeout=10)
     assert (stop["status"], json.loads(stop["body"])) == (200, {})
     ask_a = await database_sync_to_async(Ask.objects.get)(pk=ask_a.id)
-    assert (ask_a.status, ask_a.reason) == ("cancelled", "host_gone")
+    assert (ask_a.status, ask_a.reason) == ("cancelled", "host_handled")
     assert json.loads((await left_in_a)["body"]) == {}
     assert (await database_sync_to_async(Ask.objects.get)(pk=ask_b.id)).status == "pending"
     card = await database_sync_to_async(_card)()
@@ -522,7 +522,7 @@ async def test_a_prompt_answered_in_the_terminal_leaves_the_panel_once_its_tool_
     response = await _post(SESSION_URL, key, post).get_response(timeout=10)
     assert (response["status"], json.loads(response["body"])) == (200, {})
     ask = await database_sync_to_async(Ask.objects.get)(pk=ask.id)
-    assert (ask.status, ask.reason) == ("cancelled", "host_gone")
+    assert (ask.status, ask.reason) == ("cancelled", "host_handled")
     assert json.loads((await hook)["body"]) == {}
 
 
@@ -538,8 +538,34 @@ async def test_a_prompt_answered_in_the_terminal_whose_tool_then_failed_leaves_t
     response = await _post(SESSION_URL, key, failed).get_response(timeout=10)
     assert (response["status"], json.loads(response["body"])) == (200, {})
     ask = await database_sync_to_async(Ask.objects.get)(pk=ask.id)
-    assert (ask.status, ask.reason) == ("cancelled", "host_gone")
+    assert (ask.status, ask.reason) == ("cancelled", "host_handled")
     assert json.loads((await hook)["body"]) == {}
+
+
+async def test_a_prompt_denied_in_the_terminal_leaves_the_panel_when_the_turn_ends(present):
+    """Denied in the terminal, no tool runs (no PostToolUse); Claude Code keeps the hook's request
+    open. The turn's Stop says the prompt was settled there: withdrawn on a web session too, while
+    another Claude Code session's prompt on the same session URL stays answerable."""
+    _, key = present
+    mine, theirs = {**BASH, "session_id": "aaaa-claude"}, {**BASH, "session_id": "bbbb-claude",
+                                                           "tool_input": {"command": "make"}}
+    hook = asyncio.ensure_future(_post(SESSION_URL, key, mine).get_response(timeout=20))
+    ask = await _open_ask()
+    other = asyncio.ensure_future(_post(SESSION_URL, key, theirs).get_response(timeout=20))
+    for _ in range(100):
+        pending = await database_sync_to_async(lambda: list(Ask.objects.filter(status="pending").order_by("created_at")))()
+        if len(pending) == 2:
+            break
+        await asyncio.sleep(0.05)
+    assert len(pending) == 2
+
+    stop = await _post(SESSION_URL, key, {**mine, "hook_event_name": "Stop"}).get_response(timeout=10)
+    assert (stop["status"], json.loads(stop["body"])) == (200, {})
+    ask = await database_sync_to_async(Ask.objects.get)(pk=ask.id)
+    assert (ask.status, ask.reason) == ("cancelled", "host_handled")
+    assert json.loads((await hook)["body"]) == {}
+    assert (await database_sync_to_async(Ask.objects.get)(pk=pending[1].id)).status == "pending"
+    other.cancel()
 
 
 # ------------------------------------------------------------------------- a DingTalk session

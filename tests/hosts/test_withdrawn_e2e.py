@@ -40,5 +40,5 @@ def test_a_codex_prompt_whose_hook_request_closes_leaves_the_dingtalk_card_sayin
             serving.until(lambda: card.params.get("card_status") != "pending", "the card's withdrawal", WAIT)
 
     assert (card.params["card_status"], card.params["question_desc"], card.params["form_btn_text"]) == (
-        "expired", "已在终端处理，或智能体已停止等待。", "已失效")
-    assert card.updates and card.updates[-1]["question_desc"] == "已在终端处理，或智能体已停止等待。"
+        "expired", "智能体已停止等待。", "已失效")
+    assert card.updates and card.updates[-1]["question_desc"] == "智能体已停止等待。"

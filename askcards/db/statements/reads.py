@@ -168,16 +168,17 @@ def _panel_ask_sql(alias: str) -> str:
 # What a card's forms need of each pending ask (surfaces.feishu.surface.render).
 FORM_FIELDS = ("id", "session_id", "questions", "sender_id", "surfaces")
 # What a card's withdrawn lines need of each withdrawn ask (surfaces.feishu.surface.withdrawn_asks).
-WITHDRAWN_FIELDS = (*FORM_FIELDS, "reason", "closed_at")
+WITHDRAWN_FIELDS = (*FORM_FIELDS, "reason", "closed_at", "closed_on")
 
 
 def card_asks(session_ids: list[str], *, pending: int, withdrawn_reasons: tuple[str, ...],
-              withdrawn: int) -> dict[str, tuple[list[Any], list[Any]]]:
+              withdrawn: int, answered_on: tuple[str, ...] = ()) -> dict[str, tuple[list[Any], list[Any]]]:
     """What a progress card of each of these sessions shows, in one statement: the session's first
     ``pending`` pending asks in registration order (created_at, id; ``FORM_FIELDS`` loaded), and
     its latest ``withdrawn`` asks cancelled for one of ``withdrawn_reasons`` after being shown
-    (activated), newest closed first (``WITHDRAWN_FIELDS`` loaded). Sessions with neither are
-    left out.
+    (activated) together with its latest ``withdrawn`` asks answered on one of the surfaces
+    ``answered_on`` (ask_answered_on_host_idx), newest closed first (``WITHDRAWN_FIELDS`` loaded).
+    Sessions with neither are left out.
 
     Every click's response card and every card push reads both. They were a statement each, the
     withdrawn asks an ORM query per render: on PostgreSQL a large share of a submit's and of a
@@ -191,8 +192,10 @@ def card_asks(session_ids: list[str], *, pending: int, withdrawn_reasons: tuple[
     sessions = list(dict.fromkeys(session_ids))
     params: list[Any] = [Ask.Status.PENDING, *sessions, pending]
     params += [Ask.Status.CANCELLED, *sessions, *withdrawn_reasons, withdrawn]
+    if answered_on:
+        params += [*sessions, withdrawn]
     with connection.cursor() as cursor:
-        cursor.execute(_card_asks_sql(connection.alias, len(sessions), len(withdrawn_reasons)), params)
+        cursor.execute(_card_asks_sql(connection.alias, len(sessions), len(withdrawn_reasons), answered_on), params)
         rows = cursor.fetchall()
     found: dict[str, tuple[list[Any], list[Any]]] = {}
     width = len(WITHDRAWN_FIELDS)
@@ -203,14 +206,23 @@ def card_asks(session_ids: list[str], *, pending: int, withdrawn_reasons: tuple[
             shown[0].append(instance(Ask, connection, FORM_FIELDS, values[:len(FORM_FIELDS)]))
         else:
             shown[1].append(instance(Ask, connection, WITHDRAWN_FIELDS, values))
+    if answered_on:  # two arms of ended asks: newest closed first across both, as one list
+        for _, ended in found.values():
+            ended.sort(key=lambda ask: (ask.closed_at, ask.pk), reverse=True)
+            del ended[withdrawn:]
     return found
 
 
 @functools.lru_cache(maxsize=None)
-def _card_asks_sql(alias: str, sessions: int, reasons: int) -> str:
-    """Both kinds of row carry ``WITHDRAWN_FIELDS``' columns (``FORM_FIELDS`` first, then reason
-    and closed_at), the kind (0 pending, 1 withdrawn) and the rank within the session. Each arm
-    reads the session's rows of one status (ask_session_status_created_idx)."""
+def _card_asks_sql(alias: str, sessions: int, reasons: int, answered_on: tuple[str, ...]) -> str:
+    """Every kind of row carries ``WITHDRAWN_FIELDS``' columns (``FORM_FIELDS`` first, then reason,
+    closed_at and closed_on), the kind (0 pending, 1 withdrawn, 2 answered on one of the surfaces
+    ``answered_on``; no such arm when none) and the rank within the session. The first two arms
+    read the session's rows of one status (ask_session_status_created_idx), the third the partial
+    index of its few asks answered where the card cannot show it (ask_answered_on_host_idx). That
+    arm's status and surfaces are written into the statement, not bound: a planner proves a
+    partial index's condition only from values it can see (SQLite always, PostgreSQL's generic
+    plans); they are surface names of our own, checked to be plain words."""
     from askcards.models import Ask
 
     connection = connections[alias]
@@ -219,6 +231,20 @@ def _card_asks_sql(alias: str, sessions: int, reasons: int) -> str:
     extra = [q(column(concrete_field(Ask, name))) for name in WITHDRAWN_FIELDS[len(FORM_FIELDS):]]
     table, in_sessions = q(Ask._meta.db_table), ", ".join(["%s"] * sessions)
     select = ", ".join(pending_columns + extra)
+    kind = len(pending_columns) + len(extra) + 1  # the kind's column number; the session's is 2
+    answered = ""
+    if answered_on:
+        if not all(name.isidentifier() and name.isascii() for name in answered_on):
+            raise ValueError(f"not surface names: {answered_on!r}")
+        literals = ", ".join(f"'{name}'" for name in answered_on)
+        answered = (
+            f"UNION ALL "
+            f"SELECT {select}, 2 AS kind, n FROM (SELECT {select}, ROW_NUMBER() OVER (PARTITION BY {q('session_id')} "
+            f"ORDER BY {q('closed_at')} DESC, {q('id')} DESC) AS n FROM {table} "
+            f"WHERE {q('status')} = '{Ask.Status.ANSWERED.value}' AND {q('session_id')} IN ({in_sessions}) "
+            f"AND {q('closed_on')} IN ({literals}) AND {q('activated_at')} IS NOT NULL) answered "
+            f"WHERE n <= %s "
+        )
     return (
         f"SELECT {select}, 0 AS kind, n FROM (SELECT {select}, ROW_NUMBER() OVER (PARTITION BY {q('session_id')} "
         f"ORDER BY {q('created_at')}, {q('id')}) AS n FROM {table} "
@@ -228,6 +254,6 @@ def _card_asks_sql(alias: str, sessions: int, reasons: int) -> str:
         f"ORDER BY {q('closed_at')} DESC, {q('id')} DESC) AS n FROM {table} "
         f"WHERE {q('status')} = %s AND {q('session_id')} IN ({in_sessions}) "
         f"AND {q('reason')} IN ({', '.join(['%s'] * reasons)}) AND {q('activated_at')} IS NOT NULL) withdrawn "
-        f"WHERE n <= %s ORDER BY 8, 2, 9"
+        f"WHERE n <= %s {answered}ORDER BY {kind}, 2, {kind + 1}"
     )
 

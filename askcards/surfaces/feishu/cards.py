@@ -1,9 +1,11 @@
 """The Feishu progress card (SPEC §6.1; reference §1, §1.12, §6) as pure functions of plain data.
 
 One ``form`` per pending ask, stacked in registration order, only while the task is running.
-A form withdrawn because nobody waits for its answer any more (the agent host answered in its
-terminal or stopped waiting, an MCP caller went away) leaves a line saying so, in the words the
-panel and the DingTalk card use, instead of just vanishing.
+A form that left the card for a reason the card alone cannot tell — nobody waits for its answer
+any more (the agent host's prompt was settled in its terminal or the host stopped waiting, an MCP
+caller went away), or the person answered, declined or closed it in their MCP client or an MCP
+App — leaves a line saying so, in the words the panel and the DingTalk card use, instead of just
+vanishing.
 Names are unique across the whole card (``ask_{n}``, ``q{n}_{i}``, ``c{n}_{i}``, ``submit_{n}``,
 where ``n`` is the form's position on this render); the ask id only travels in the submit
 button's callback value. Every render fits Feishu's limits: asks that do not fit become a note
@@ -46,12 +48,18 @@ DEFAULT_TITLE = "任务进度"
 HINT = "有 {n} 组问题等待你的回复：请在下方表单中作答并点击「提交答案」，无需另发消息回复。"
 OVERFLOW_NOTE = "另有 {n} 组问题超出卡片容量，请在网页面板中作答"
 
-# Why a form left the card without an answer, for the endings a person could not tell from the
-# card alone (the panel's and the DingTalk card's words); the latest few of the run are named.
+# Why a form left the card, for the endings a person could not tell from the card alone (the
+# panel's and the DingTalk card's words); the latest few of the run are named. By the ask's reason
+# when it ended without an answer, by the surface it was answered on (``ANSWERED_ON``) otherwise.
 WITHDRAWN_TEXT = {
-    "host_gone": "已在终端处理，或智能体已停止等待。",
+    "host_gone": "智能体已停止等待。",
+    "host_handled": "已在终端处理。",
     "caller_gone": "智能体已断开，不再等待这个回答。",
+    "declined": "已在 MCP 客户端拒绝回答。",
+    "dismissed": "已在 MCP 客户端关闭，未作答。",
 }
+ANSWERED_ON = {"host": "已在 MCP 客户端回答。", "host_app": "已在 MCP 应用回答。"}
+ANSWERED = ("submitted", "empty")  # an ask's reasons when someone's answer ended it
 WITHDRAWN_HEADING = "已撤回的问题"
 WITHDRAWN_SHOWN = 3
 WITHDRAWN_WHAT_CHARS = 20  # a header (ask_user_questions: at most 12)
@@ -91,11 +99,17 @@ class PendingAsk:
 
 @dataclass(frozen=True)
 class WithdrawnAsk:
-    """An ask of this run withdrawn from the card, and why (a ``WITHDRAWN_TEXT`` reason)."""
+    """An ask of this run that left the card, and why: a ``WITHDRAWN_TEXT`` reason, or an answer
+    given on an ``ANSWERED_ON`` surface."""
 
     id: str
     what: str  # its first question's header
     reason: str
+    surface: str = ""  # where its answer (or decline) was given ("" when nobody's)
+
+    @property
+    def text(self) -> str:
+        return ANSWERED_ON.get(self.surface, "") if self.reason in ANSWERED else WITHDRAWN_TEXT.get(self.reason, "")
 
 
 @dataclass(frozen=True)
@@ -246,8 +260,8 @@ def _overflow_note(count: int, panel_url: str) -> dict[str, Any]:
 
 def withdrawn_note(withdrawn: Sequence[WithdrawnAsk]) -> dict[str, Any] | None:
     """One line per withdrawn ask (at most ``WITHDRAWN_SHOWN``): what it asked and why it left."""
-    lines = [f"- {escape_md(truncate(ask.what, WITHDRAWN_WHAT_CHARS))}：{WITHDRAWN_TEXT[ask.reason]}"
-             for ask in withdrawn[:WITHDRAWN_SHOWN] if ask.reason in WITHDRAWN_TEXT]
+    lines = [f"- {escape_md(truncate(ask.what, WITHDRAWN_WHAT_CHARS))}：{ask.text}"
+             for ask in withdrawn[:WITHDRAWN_SHOWN] if ask.text]
     if not lines:
         return None
     return {"tag": "markdown", "content": f"**{WITHDRAWN_HEADING}**\n" + "\n".join(lines)}

@@ -35,7 +35,8 @@ from askcards.surfaces.base import Surface, SyncReport
 from askcards.surfaces.http import thread_client
 
 from .cards import (
-    WITHDRAWN_SHOWN, WITHDRAWN_TEXT, PendingAsk, ProgressView, RenderedCard, WithdrawnAsk, render_progress_card,
+    ANSWERED_ON, WITHDRAWN_SHOWN, WITHDRAWN_TEXT, PendingAsk, ProgressView, RenderedCard, WithdrawnAsk,
+    render_progress_card,
 )
 from .client import FeishuClient, FeishuError
 
@@ -128,16 +129,17 @@ def card_asks(session_ids: list[str]) -> dict[str, CardAsks]:
     """The sessions' asks their cards show, in one statement (``db.statements.card_asks``); a
     session with none is left out."""
     found = statements.card_asks(session_ids, pending=MAX_FORMS + 1, withdrawn_reasons=tuple(WITHDRAWN_TEXT),
-                                 withdrawn=WITHDRAWN_SHOWN * 3)
+                                 withdrawn=WITHDRAWN_SHOWN * 3, answered_on=tuple(ANSWERED_ON))
     return {session_id: CardAsks(pending, withdrawn) for session_id, (pending, withdrawn) in found.items()}
 
 
 def withdrawn_asks(card: ProgressCard, rows: list[Ask]) -> list[WithdrawnAsk]:
-    """The run's latest asks withdrawn from this card because nobody waits for them any more
-    (``WITHDRAWN_TEXT``'s reasons), newest first: each was shown here (activated, a Feishu ask)
-    and ended since the run's card was made. ``rows``: the session's latest withdrawn asks
-    (``card_asks``), newest first; those that ended since the card was made lead them."""
-    withdrawn = [WithdrawnAsk(id=ask.id, what=_header(ask), reason=ask.reason) for ask in rows
+    """The run's latest asks that left this card for a reason the card alone cannot tell
+    (``WITHDRAWN_TEXT``'s reasons, an answer on an ``ANSWERED_ON`` surface), newest first: each
+    was shown here (activated, a Feishu ask) and ended since the run's card was made. ``rows``:
+    the session's latest such asks (``card_asks``), newest first; those that ended since the
+    card was made lead them."""
+    withdrawn = [WithdrawnAsk(id=ask.id, what=_header(ask), reason=ask.reason, surface=ask.closed_on) for ask in rows
                  if ask.closed_at is not None and ask.closed_at >= card.created_at and NAME in ask.surfaces]
     return withdrawn[:WITHDRAWN_SHOWN]
 

@@ -115,7 +115,7 @@ def answer_message(*, reason: str, question_id: str, title: str,
 # Targeted collections: overall status by the ask's reason, and each respondent's status.
 COLLECTION_STATUS = {"completed": "submitted", "timeout": "expired", "by_agent": "cancelled",
                      "by_operator": "cancelled", "session_cancelled": "cancelled",
-                     "host_gone": "cancelled", "caller_gone": "cancelled", "declined": "cancelled",
+                     "host_gone": "cancelled", "host_handled": "cancelled", "caller_gone": "cancelled", "declined": "cancelled",
                      "dismissed": "cancelled"}
 RESPONDENT_STATUSES = ("submitted", "empty", "cancelled", "missing")
 
