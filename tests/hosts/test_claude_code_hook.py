@@ -156,6 +156,18 @@ async def test_ask_user_question_is_answered_as_if_typed_in_the_terminal(present
         "Which database should we use?": "SQLite", "Which platforms?": "Feishu, Web"}}
 
 
+async def test_ask_user_question_answered_with_only_the_other_text_returns_that_text(present):
+    """No label chosen, only 其他 written: the model reads the person's words as the answer."""
+    _, key = present
+    event = {**BASH, "tool_name": "AskUserQuestion", "tool_input": {"questions": QUESTIONS}}
+    _, reply = await _decided(key, event, [[], ["Web"]], custom="MySQL 8，我们已经在用")
+
+    decision = reply["hookSpecificOutput"]["decision"]
+    assert decision["behavior"] == "allow"
+    assert decision["updatedInput"] == {"questions": QUESTIONS, "answers": {
+        "Which database should we use?": "MySQL 8，我们已经在用", "Which platforms?": "Web"}}
+
+
 async def test_other_events_get_no_decision_and_ask_nothing(present):
     _, key = present
     for event in ({**BASH, "hook_event_name": "Notification", "message": "Claude needs your permission"},
