@@ -238,6 +238,23 @@ async def test_the_wait_ends_with_no_decision_just_before_the_hosts_timeout(pres
     assert (ask.status, ask.reason) == ("cancelled", "host_gone")
 
 
+async def test_a_prompts_deadline_is_the_urls_timeout_less_the_margin(present):
+    """The card's deadline comes HOOK_MARGIN_SECONDS before the host would give up (the URL's
+    ``timeout``), not at it: nobody is shown a prompt nobody waits for any more."""
+    from askcards.hosts import views
+
+    _, key = present
+    raw = json.dumps(BASH).encode()
+    host = ApplicationCommunicator(application, _scope(SESSION_URL + "&timeout=600", key, raw))
+    await host.send_input({"type": "http.request", "body": raw, "more_body": False})
+    ask = await _open_ask()
+
+    assert views.HOOK_MARGIN_SECONDS == 5
+    assert abs((ask.deadline - ask.created_at).total_seconds() - (600 - views.HOOK_MARGIN_SECONDS)) < 1
+    await host.send_input({"type": "http.disconnect"})
+    await host.wait(timeout=5)
+
+
 # ------------------------------------------------------------------------------------- Codex
 
 CODEX_URL = "/hooks/codex?session=web/alice&platform=web&web_user=alice"
