@@ -1,6 +1,6 @@
 """The real Claude Code CLI (pinned in tests/hosts/package-lock.json), offline against the tests' fake
-Messages API, with its hooks pointed at a real askcards ``serve`` as docs/agents/hosts.md configures them: its
-prompts are answered on a (fake) Feishu card and on alice's web panel, and what the person
+Messages API, with its hooks pointed at a real askcards ``serve`` by docs/agents/hosts.md's own settings
+block (only the address, the session and the timeout changed): its prompts are answered on a (fake) Feishu card and on alice's web panel, and what the person
 answered is what Claude Code does."""
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from tests.fakes.feishu import FakeFeishu
 from tests.feishu.helpers import forms
 from tests.feishu.integration import ENCRYPT_KEY, VERIFICATION_TOKEN, signed_callback
 from tests.hosts import claude
-from tests.hosts.claude import Host, http_hook, http_hooks
+from tests.hosts.claude import Host
+from tests.hosts.test_docs_claude_code_settings import documented_settings
 from tests.hosts.fake_anthropic import FakeAnthropic, Text, ToolUse
 from tests.hosts.people import WEB_SESSION, askcards
 
@@ -29,10 +30,10 @@ def claude_installed():
 
 
 def _settings(base: str, query: str, *, timeout: int = 120, events=("PermissionRequest",)) -> dict:
-    """The hosts page's settings: an http hook with the agent key from the environment."""
-    hook = http_hook(f"{base}/hooks/claude-code?{query}&timeout={timeout}", timeout=timeout,
-                     headers={"Authorization": "Bearer $ASKCARDS_KEY"}, allowed_env_vars=["ASKCARDS_KEY"])
-    return http_hooks({event: hook for event in events})
+    """The hosts page's settings JSON, read out of docs/agents/hosts.md as written (http hooks, the
+    agent key from the environment), pointed at this server and session with the prompts'
+    ``timeout``; ``events`` keeps those of its hooks (None: all of them, the page's whole block)."""
+    return documented_settings(base, query, timeout=timeout, events=events)
 
 
 def _in_background(fn):
@@ -115,7 +116,7 @@ def test_approved_on_a_feishu_card_the_command_runs_and_the_card_shows_progress(
     base, key, fake = feishu_served
     query = f"session=feishu-{fake.app_id}-private-ou_alice&bot={fake.app_id}"
     with FakeAnthropic([WRITE_HI, Text("Wrote it.")]) as api:
-        settings = _settings(base, query, events=("PermissionRequest", "PreToolUse", "PostToolUse", "Stop"))
+        settings = _settings(base, query, events=None)  # the page's whole block, the progress hooks too
         host = Host(tmp_path, api, settings=settings, env={"ASKCARDS_KEY": key})
         thread, done = _in_background(lambda: host.run_print("Write hi to out.txt"))
 

@@ -156,6 +156,18 @@ async def test_ask_user_question_is_answered_as_if_typed_in_the_terminal(present
         "Which database should we use?": "SQLite", "Which platforms?": "Feishu, Web"}}
 
 
+async def test_ask_user_question_answered_with_only_the_other_text_returns_that_text(present):
+    """No label chosen, only 其他 written: the model reads the person's words as the answer."""
+    _, key = present
+    event = {**BASH, "tool_name": "AskUserQuestion", "tool_input": {"questions": QUESTIONS}}
+    _, reply = await _decided(key, event, [[], ["Web"]], custom="MySQL 8，我们已经在用")
+
+    decision = reply["hookSpecificOutput"]["decision"]
+    assert decision["behavior"] == "allow"
+    assert decision["updatedInput"] == {"questions": QUESTIONS, "answers": {
+        "Which database should we use?": "MySQL 8，我们已经在用", "Which platforms?": "Web"}}
+
+
 async def test_other_events_get_no_decision_and_ask_nothing(present):
     _, key = present
     for event in ({**BASH, "hook_event_name": "Notification", "message": "Claude needs your permission"},
@@ -224,6 +236,23 @@ async def test_the_wait_ends_with_no_decision_just_before_the_hosts_timeout(pres
     assert (response["status"], json.loads(response["body"])) == (200, {})
     ask = await database_sync_to_async(Ask.objects.get)()
     assert (ask.status, ask.reason) == ("cancelled", "host_gone")
+
+
+async def test_a_prompts_deadline_is_the_urls_timeout_less_the_margin(present):
+    """The card's deadline comes HOOK_MARGIN_SECONDS before the host would give up (the URL's
+    ``timeout``), not at it: nobody is shown a prompt nobody waits for any more."""
+    from askcards.hosts import views
+
+    _, key = present
+    raw = json.dumps(BASH).encode()
+    host = ApplicationCommunicator(application, _scope(SESSION_URL + "&timeout=600", key, raw))
+    await host.send_input({"type": "http.request", "body": raw, "more_body": False})
+    ask = await _open_ask()
+
+    assert views.HOOK_MARGIN_SECONDS == 5
+    assert abs((ask.deadline - ask.created_at).total_seconds() - (600 - views.HOOK_MARGIN_SECONDS)) < 1
+    await host.send_input({"type": "http.disconnect"})
+    await host.wait(timeout=5)
 
 
 # ------------------------------------------------------------------------------------- Codex
@@ -318,7 +347,10 @@ def feishu(agent_and_key, settings):
 
     settings.ASKCARDS_SURFACES = ["askcards.surfaces.feishu.surface.FeishuSurface"]
     agent, key = agent_and_key
-    bot = services.bot_add(platform="feishu", app_id="cli_host", app_secret="secret", base_url="http://127.0.0.1:9")
+    from tests.feishu.integration import ENCRYPT_KEY, VERIFICATION_TOKEN
+
+    bot = services.bot_add(platform="feishu", app_id="cli_host", app_secret="secret", base_url="http://127.0.0.1:9",
+                           encrypt_key=ENCRYPT_KEY, verification_token=VERIFICATION_TOKEN)
     grant_bot(agent, bot)
     return key
 
@@ -420,6 +452,41 @@ async def test_on_feishu_a_stop_leaves_an_agents_own_ask_on_the_card(feishu, age
     await _post(FEISHU_URL, key, {**BASH, "hook_event_name": "Stop"}).get_response(timeout=10)
     assert (await database_sync_to_async(Ask.objects.get)(pk=outcome.ask.id)).status == "pending"
     assert (await database_sync_to_async(_card)()).status == "running"
+
+
+async def test_on_feishu_a_late_click_on_a_withdrawn_prompt_is_told_it_expired_and_changes_nothing(feishu):
+    """The host stopped waiting (the ask withdrawn, host_gone); alice then submits the form still
+    on her copy of the card, in a signed callback as Feishu sends it: the usual 问题已失效 toast,
+    and the ask stays as it was — no answer recorded, nothing reaches anyone."""
+    from askcards.surfaces.feishu import cards
+    from tests.feishu.integration import click, submit_value
+
+    raw = json.dumps(BASH).encode()
+    host = ApplicationCommunicator(application, _scope(FEISHU_URL, feishu, raw))
+    await host.send_input({"type": "http.request", "body": raw, "more_body": False})
+    ask = await _open_ask()
+    assert ask.surfaces == ["feishu"]
+    await host.send_input({"type": "http.disconnect"})  # Ctrl-C, its timeout, or answered in the terminal
+    for _ in range(100):
+        await asyncio.sleep(0.05)
+        ask = await database_sync_to_async(Ask.objects.get)(pk=ask.id)
+        if ask.status != "pending":
+            break
+    assert (ask.status, ask.reason) == ("cancelled", "host_gone")
+    await host.wait(timeout=5)
+
+    bot = await database_sync_to_async(lambda: ask.session.bot)()
+    late = await database_sync_to_async(click)(bot, operator="ou_alice", value=submit_value(ask),
+                                                form_value={"q0_0": "0", "c0_0": ""})
+
+    assert late.status_code == 200
+    assert late.json()["toast"] == {"type": "info", "content": cards.TOAST_STALE}
+    after = await database_sync_to_async(Ask.objects.get)(pk=ask.id)
+    assert (after.status, after.reason, after.result, after.closed_at) == (
+        "cancelled", "host_gone", ask.result, ask.closed_at)
+    kinds = await database_sync_to_async(lambda: list(AskEvent.objects.filter(ask_id=ask.id).values_list(
+        "kind", flat=True)))()
+    assert "responded" not in kinds and "delivered" not in kinds
 
 
 @pytest.mark.parametrize("captured, shown", [
