@@ -15,8 +15,9 @@ if TYPE_CHECKING:
 
 
 # What a card or a list shows of a person's long answer is cut to fit and ends with this mark; the
-# answer itself is stored and delivered whole.
-SHORTENED_MARK = "…（已截断，完整回答已送达）"
+# answer itself is recorded whole, and the agent gets it whole. The mark says "recorded", not
+# "delivered": a card or panel never claims delivery before the agent took the result.
+SHORTENED_MARK = "…（已截断，完整回答已记录）"
 
 
 def shortened(text: str, *, max_bytes: int | None = None, max_chars: int | None = None,

@@ -206,7 +206,7 @@ call_command("askcards_agent", "create", "lunch-bot", "--grant", "alice", "--bot
 """
 
 LONG_NOTE = "\n".join(["这一行稍长些"] * 7 + ["短"] * 593)  # 1,234 characters, 600 lines
-MARK = "…（已截断，完整回答已送达）"
+MARK = "…（已截断，完整回答已记录）"
 LUNCH = [{"value": "rice", "text": "米饭"}, {"value": "noodles", "text": "面条"}, {"value": "dumplings", "text": "饺子"}]
 FORM_FIELDS = [
     {"name": "code", "label": "代号", "type": "TEXT", "required": True, "placeholder": "例如 DM-1"},
