@@ -23,7 +23,8 @@ same list (``test_the_mcp_page_lists_what_is_not_claimed``).
 
 The suite sends no ``Authorization`` header and names no session: it calls a local proxy
 (``tests.mcp.authproxy``) that adds both. The session is the web panel's with ``host=ask``, the
-configuration in which askcards answers with ``input_required``.
+configuration in which askcards answers with ``input_required`` (2026-07-28) and sends
+``elicitation/create`` (2025-06-18, 2025-11-25) to a client that declares form elicitation.
 """
 from __future__ import annotations
 
@@ -56,17 +57,23 @@ SCHEMA_CHECK = "wire-schema-valid"  # the check the prerelease adds to every sce
 PASSING = {"SUCCESS", "INFO"}
 
 FIXTURE = "calls the suite's fixture tool"  # askcards lists only the session's own tools
+APP_RESOURCE = "askcards' only resource is its MCP App, listed only to clients that declare MCP Apps"
+HOST_FORMS = "askcards' own forms are an ask's questions (host=ask: tests/mcp/test_host_elicitation.py)"
 NOT_CLAIMED: dict[str, str] = {
     # Features askcards does not offer.
     "logging-set-level": "askcards declares no logging capability (logging/setLevel is -32601)",
     "completion-complete": "askcards declares no completions capability (it has no prompts or resource templates)",
-    "resources-list": "askcards offers no resources",
-    "resources-read-text": "askcards offers no resources",
-    "resources-read-binary": "askcards offers no resources",
-    "resources-templates-read": "askcards offers no resources",
-    "resources-subscribe": "askcards offers no resources",
-    "resources-unsubscribe": "askcards offers no resources",
-    "sep-2164-resource-not-found": "askcards offers no resources (resources/read is -32601)",
+    "resources-read-text": f"reads the suite's fixture resource test://static-text; {APP_RESOURCE}",
+    "resources-read-binary": f"reads the suite's fixture resource test://static-binary; {APP_RESOURCE}",
+    "resources-templates-read":
+        "reads the suite's fixture resource template test://template/{id}/data; askcards has no resource templates",
+    "resources-subscribe":
+        "askcards offers no resource subscriptions (resources.subscribe is false, resources/subscribe is -32601)",
+    "resources-unsubscribe":
+        "askcards offers no resource subscriptions (resources.subscribe is false, resources/unsubscribe is -32601)",
+    "sep-2164-resource-not-found":
+        "askcards answers an unknown URI with -32602 naming it in the message, not in the error's data.uri: the "
+        "check sep-2164-data-uri (a SHOULD) is a WARNING",
     "prompts-list": "askcards offers no prompts",
     "prompts-get-simple": "askcards offers no prompts",
     "prompts-get-with-args": "askcards offers no prompts",
@@ -95,9 +102,12 @@ NOT_CLAIMED: dict[str, str] = {
     "tools-call-with-progress": f"{FIXTURE} test_tool_with_progress (askcards' progress: tests/mcp/test_mcp_serve.py)",
     "tools-call-with-logging": f"{FIXTURE} test_tool_with_logging; askcards sends no log messages",
     "tools-call-sampling": f"{FIXTURE} test_sampling; askcards never asks the client's model",
-    "tools-call-elicitation": f"{FIXTURE} test_elicitation; askcards elicits only on 2026-07-28 (host=ask)",
-    "elicitation-sep1034-defaults": f"{FIXTURE} test_elicitation_sep1034_defaults; askcards elicits only on 2026-07-28",
-    "elicitation-sep1330-enums": f"{FIXTURE} test_elicitation_sep1330_enums; askcards elicits only on 2026-07-28",
+    "tools-call-elicitation":
+        f"{FIXTURE} test_elicitation and answers its form with fixed content (username, email); {HOST_FORMS}",
+    "elicitation-sep1034-defaults":
+        f"{FIXTURE} test_elicitation_sep1034_defaults and checks its form's fixed fields and defaults; {HOST_FORMS}",
+    "elicitation-sep1330-enums":
+        f"{FIXTURE} test_elicitation_sep1330_enums and checks its form's five fixed enum fields; {HOST_FORMS}",
     "json-schema-2020-12": f"{FIXTURE} json_schema_2020_12_tool",
     "input-required-result-basic-elicitation":
         f"{FIXTURE} test_input_required_result_elicitation (askcards' input_required: tests/mcp/test_host_surface.py)",
@@ -152,8 +162,8 @@ NOT_CLAIMED: dict[str, str] = {
         "the suite is wrong: it calls prompts/list on a server that declares no prompts, where -32601 is the answer "
         "its own stateless scenario requires (sep-2575-discover-capabilities-match-handlers)",
     "caching/sep-2549-resources-templates-list-caching-hints":
-        "the suite is wrong: it calls resources/templates/list on a server that declares no resources (-32601 is "
-        "right)",
+        "askcards declares resources (for its MCP App) but has no resource templates: resources/templates/list is "
+        "-32601 (the SDK routes it only to a templates handler, and askcards registers none)",
     "caching/sep-2549-resources-read-caching-hints":
         "askcards lists its one resource (the MCP App) only to clients that declare MCP Apps, which the suite does "
         "not (it skips the check)",

@@ -2,11 +2,15 @@
 real ASGI app, as hand-built requests (the wire's exact field names and error codes matter)."""
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from channels.db import database_sync_to_async
+from django.utils import timezone
 
 from askcards import services
 from askcards.models import Ask
+from askcards.worker import Worker
 from tests.conftest import QUESTIONS, answer_for
 from tests.security import mcp_wire as wire
 
@@ -15,12 +19,14 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 TASKS = "io.modelcontextprotocol/tasks"
 DECLARED = {"io.modelcontextprotocol/clientCapabilities": {"extensions": {TASKS: {}}}}
 ASK = {"name": "ask_user_questions", "arguments": {"questions": QUESTIONS}}
+TIMEOUT = "io.askcards/timeout_seconds"
+TIMEOUT_TEXT = "用户未在规定时间内作答"  # what the model reads when nobody answered in time
 
 
 async def modern(key, method, params=None, *, declared=True, **options) -> wire.Answer:
     params = dict(params or {})
     if declared:
-        params["_meta"] = DECLARED
+        params["_meta"] = {**params.get("_meta", {}), **DECLARED}
     return await wire.rpc(key, method, params, era=wire.MODERN, **options)
 
 
@@ -57,6 +63,41 @@ async def test_a_declaring_call_gets_its_task_once_the_ask_is_stored_then_its_re
     assert answer_for()[0]["selectedLabels"] == ["PostgreSQL"] and "PostgreSQL" in result["content"][0]["text"]
     assert "io.modelcontextprotocol/related-task" not in result["_meta"]
     assert (await database_sync_to_async(_ask)(pk=ask.id)).result_delivered_at is not None  # the read took it
+
+
+async def test_a_task_past_its_deadline_completes_with_an_error_inline(agent_and_key, present_session, settings):
+    """As on 2025-11-25 (test_mcp_serve's test_task_past_its_deadline_completes_with_an_error):
+    once the worker's deadline sweep expires the ask, its task is ``completed`` and ``tasks/get``
+    inlines the ``isError`` tool result saying why. The task's durations are those of
+    askcards.mcp.results and docs/agents/mcp.md: ``ttlMs`` runs to the deadline plus the answer
+    retention period, ``pollIntervalMs`` is 5 s."""
+    key = agent_and_key[1]
+    created = (await modern(key, "tools/call", {**ASK, "_meta": {TIMEOUT: 120}})).result
+    ask = await database_sync_to_async(_ask)(pk=created["taskId"])
+    retention_ms = settings.ASKCARDS_ANSWER_RETENTION_DAYS * 86400 * 1000
+
+    def ttl_ms(row: Ask) -> int:  # integer milliseconds from creation to the deadline, plus retention
+        return round((row.deadline - row.created_at).total_seconds() * 1000) + retention_ms
+
+    assert abs((ask.deadline - ask.created_at).total_seconds() - 120) < 5  # the call's own timeout
+    assert isinstance(created["ttlMs"], int) and abs(created["ttlMs"] - ttl_ms(ask)) <= 1
+    assert created["pollIntervalMs"] == 5000
+
+    await database_sync_to_async(Ask.objects.filter(pk=ask.id).update)(deadline=timezone.now() - timedelta(seconds=1))
+    assert await database_sync_to_async(Worker().deadlines)() == 1
+    expired = await database_sync_to_async(_ask)(pk=ask.id)
+    assert (expired.status, expired.reason) == (Ask.Status.EXPIRED, "timeout")
+
+    ended = (await modern(key, "tasks/get", {"taskId": ask.id})).result
+    assert (ended["resultType"], ended["taskId"], ended["status"]) == ("complete", ask.id, "completed")
+    assert TIMEOUT_TEXT in ended["statusMessage"] and ended["pollIntervalMs"] == 5000
+    assert abs(ended["ttlMs"] - ttl_ms(expired)) <= 1  # from the deadline the ask now has
+    result = ended["result"]
+    assert result["isError"] is True and TIMEOUT_TEXT in result["content"][0]["text"]
+    assert result["structuredContent"]["status"] == "expired"
+    assert result["_meta"] == {"io.askcards/ask_id": ask.id}  # no related-task: the task id is at the root
+    again = (await modern(key, "tasks/get", {"taskId": ask.id})).result  # ended: it stays so
+    assert again["status"] == "completed" and again["result"]["isError"] is True
 
 
 async def test_a_call_that_does_not_declare_the_extension_gets_no_task(agent_and_key, present_session):
