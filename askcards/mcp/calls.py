@@ -297,4 +297,11 @@ async def list_resources(ctx: ServerRequestContext[Any, Any], params: types.Pagi
 async def read_resource(ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
     if params.uri == apps.APP_URI and shows_apps(ctx):
         return apps.read_result()
-    raise invalid(f"Unknown resource: {params.uri[:200]}")
+    # The URI whole in the error's data (SEP-2164); the request that carried it was bounded.
+    raise invalid(f"Unknown resource: {params.uri[:200]}", data={"uri": params.uri})
+
+
+async def list_resource_templates(ctx: ServerRequestContext[Any, Any],
+                                  params: types.PaginatedRequestParams | None) -> types.ListResourceTemplatesResult:
+    """None: the one resource (the MCP App) has a fixed URI. Answered, since resources are declared."""
+    return types.ListResourceTemplatesResult(resource_templates=[])

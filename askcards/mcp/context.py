@@ -39,8 +39,8 @@ CANCEL = "askcards.mcp_cancel"  # hub message: notifications/cancelled for a par
 CALLER: ContextVar[Caller] = ContextVar("askcards_mcp_caller")
 
 
-def invalid(message: str) -> MCPError:
-    return MCPError(code=INVALID_PARAMS, message=message)
+def invalid(message: str, data: Any = None) -> MCPError:
+    return MCPError(code=INVALID_PARAMS, message=message, data=data)
 
 
 def modern(ctx: ServerRequestContext[Any, Any]) -> bool:

@@ -51,7 +51,7 @@ from .caller import caller_for
 from .context import CALLER, CANCEL_HANDLING_SECONDS, CORE_ONLY_TASK_METHODS, EXTENSION_TASK_METHODS, TASKS_EXTENSION, TASKS_VERSION, app_tool, check_task_method, declares_tasks, invalid
 from .waiting import cancelled
 from .tasks import tasks_cancel, tasks_get, tasks_list, tasks_result, tasks_update
-from .calls import call_as_task, call_tool, list_resources, list_tools, read_resource
+from .calls import call_as_task, call_tool, list_resource_templates, list_resources, list_tools, read_resource
 
 
 logger = logging.getLogger(__name__)
@@ -86,6 +86,7 @@ def build_server() -> AskcardsServer:
         on_call_tool=call_tool,
         on_list_resources=list_resources,
         on_read_resource=read_resource,
+        on_list_resource_templates=list_resource_templates,
     )
     server.add_request_handler("tasks/get", types.GetTaskRequestParams, tasks_get)
     server.add_request_handler("tasks/result", types.GetTaskPayloadRequestParams, tasks_result)

@@ -71,9 +71,6 @@ NOT_CLAIMED: dict[str, str] = {
         "askcards offers no resource subscriptions (resources.subscribe is false, resources/subscribe is -32601)",
     "resources-unsubscribe":
         "askcards offers no resource subscriptions (resources.subscribe is false, resources/unsubscribe is -32601)",
-    "sep-2164-resource-not-found":
-        "askcards answers an unknown URI with -32602 naming it in the message, not in the error's data.uri: the "
-        "check sep-2164-data-uri (a SHOULD) is a WARNING",
     "prompts-list": "askcards offers no prompts",
     "prompts-get-simple": "askcards offers no prompts",
     "prompts-get-with-args": "askcards offers no prompts",
@@ -161,9 +158,6 @@ NOT_CLAIMED: dict[str, str] = {
     "caching/sep-2549-prompts-list-caching-hints":
         "the suite is wrong: it calls prompts/list on a server that declares no prompts, where -32601 is the answer "
         "its own stateless scenario requires (sep-2575-discover-capabilities-match-handlers)",
-    "caching/sep-2549-resources-templates-list-caching-hints":
-        "askcards declares resources (for its MCP App) but has no resource templates: resources/templates/list is "
-        "-32601 (the SDK routes it only to a templates handler, and askcards registers none)",
     "caching/sep-2549-resources-read-caching-hints":
         "askcards lists its one resource (the MCP App) only to clients that declare MCP Apps, which the suite does "
         "not (it skips the check)",
