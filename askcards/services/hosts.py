@@ -6,8 +6,8 @@ stops waiting (its request closed: timed out or interrupted) the ask is cancelle
 ``host_gone`` (「智能体已停止等待。」), withdrawing it from every card and panel — nobody answers
 into a void. A prompt answered in the host's own terminal is known by what follows it (its tool
 ran, or the host session's turn ended with it still open): cancelled ``host_handled``
-(「已在终端处理。」). The first answer wins, as everywhere; the host's decision names who gave it and where
-in the ask's audit ("delivered").
+(「已在终端处理。」). The first answer wins, as everywhere; the host's decision names who gave it
+and where in the ask's audit ("delivered").
 """
 from __future__ import annotations
 
