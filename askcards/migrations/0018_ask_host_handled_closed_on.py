@@ -26,7 +26,7 @@ class Migration(migrations.Migration):
         ),
         migrations.AddIndex(
             model_name='ask',
-            index=models.Index(condition=models.Q(('closed_on__in', ['host', 'host_app']), ('status', 'answered')), fields=['session', '-closed_at'], name='ask_answered_on_host_idx'),
+            index=models.Index(condition=models.Q(('closed_on__in', ['host', 'host_app'])), fields=['session', '-closed_at'], name='ask_answered_on_host_idx'),
         ),
         migrations.AddConstraint(
             model_name='ask',

@@ -170,8 +170,9 @@ class Ask(models.Model):
             models.Index(fields=["tool", "-created_at"], name="ask_tool_created_idx"),
             # The Feishu card's note on forms answered where the card cannot show it (the MCP
             # client's own dialog, an MCP App): few rows, read on every render of a session's card.
+            # No status in the condition: the read names none (db.statements.card_asks says why).
             models.Index(fields=["session", "-closed_at"], name="ask_answered_on_host_idx",
-                         condition=Q(status="answered", closed_on__in=["host", "host_app"])),
+                         condition=Q(closed_on__in=["host", "host_app"])),
             # Retention purge: delivered results whose answers are still stored.
             models.Index(
                 fields=["result_delivered_at"],

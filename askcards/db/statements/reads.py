@@ -220,9 +220,12 @@ def _card_asks_sql(alias: str, sessions: int, reasons: int, answered_on: tuple[s
     ``answered_on``; no such arm when none) and the rank within the session. The first two arms
     read the session's rows of one status (ask_session_status_created_idx), the third the partial
     index of its few asks answered where the card cannot show it (ask_answered_on_host_idx). That
-    arm's status and surfaces are written into the statement, not bound: a planner proves a
-    partial index's condition only from values it can see (SQLite always, PostgreSQL's generic
-    plans); they are surface names of our own, checked to be plain words."""
+    arm's surfaces are written into the statement, not bound: a planner proves a partial index's
+    condition only from values it can see (SQLite always, PostgreSQL's generic plans); they are
+    surface names of our own, checked to be plain words. It names an answer by its reasons, not
+    by its status: PostgreSQL, its statistics taken before the answers came (a busy table between
+    two autovacuum analyses), took the status index for "status = 'answered'" and read every
+    answered ask of the table on each card push."""
     from askcards.models import Ask
 
     connection = connections[alias]
@@ -237,12 +240,13 @@ def _card_asks_sql(alias: str, sessions: int, reasons: int, answered_on: tuple[s
         if not all(name.isidentifier() and name.isascii() for name in answered_on):
             raise ValueError(f"not surface names: {answered_on!r}")
         literals = ", ".join(f"'{name}'" for name in answered_on)
+        answers = ", ".join(f"'{reason.value}'" for reason in (Ask.Reason.SUBMITTED, Ask.Reason.EMPTY))
         answered = (
             f"UNION ALL "
             f"SELECT {select}, 2 AS kind, n FROM (SELECT {select}, ROW_NUMBER() OVER (PARTITION BY {q('session_id')} "
             f"ORDER BY {q('closed_at')} DESC, {q('id')} DESC) AS n FROM {table} "
-            f"WHERE {q('status')} = '{Ask.Status.ANSWERED.value}' AND {q('session_id')} IN ({in_sessions}) "
-            f"AND {q('closed_on')} IN ({literals}) AND {q('activated_at')} IS NOT NULL) answered "
+            f"WHERE {q('closed_on')} IN ({literals}) AND {q('reason')} IN ({answers}) "
+            f"AND {q('session_id')} IN ({in_sessions}) AND {q('activated_at')} IS NOT NULL) answered "
             f"WHERE n <= %s "
         )
     return (
