@@ -186,7 +186,7 @@ def seed(conn, size: Size = Size(), *, agent: str | None = None, bot_app_id: str
                                       FROM askcards_session WHERE key LIKE 'seed/%%')"""
         columns = """(id, tool, call_id, sender_id, blocking, title, description, questions, fields, target_type,
                       target_id, scope_key, surfaces, status, reason, deadline, result, created_at, activated_at,
-                      closed_at, result_delivered_at, answers_purged_at, agent_id, session_id, platform)"""
+                      closed_at, result_delivered_at, answers_purged_at, agent_id, session_id, platform, closed_on)"""
         tool = """CASE WHEN s.platform = 'dingtalk' AND i %% 5 = 0 THEN 'dingtalk_ask_user_question'
                        ELSE 'ask_user_questions' END"""
         # Closed ask i was created span·(1 - i/closed) seconds before the last hour, closed 5
@@ -209,7 +209,7 @@ def seed(conn, size: Size = Size(), *, agent: str | None = None, bot_app_id: str
                    rows.delivered_at,
                    CASE WHEN rows.delivered_at + interval '7 days' <= %(now)s + interval '1 hour'
                         THEN least(rows.delivered_at + interval '7 days', %(now)s) END,
-                   s.agent_id, s.id, s.platform
+                   s.agent_id, s.id, s.platform, CASE WHEN mix.status = 'answered' THEN s.platform ELSE '' END
             FROM rows JOIN sessions s ON s.n = rows.i %% %(sessions)s
                       JOIN mix ON rows.i::bigint * %(spread)s %% 10000 >= mix.low
                                   AND rows.i::bigint * %(spread)s %% 10000 < mix.high
@@ -222,7 +222,7 @@ def seed(conn, size: Size = Size(), *, agent: str | None = None, bot_app_id: str
                    %(now)s + interval '1 day' + (i %% 1000) * interval '1 minute', NULL,
                    %(now)s - make_interval(secs => 3600 * (1 - i::float8 / %(pending)s)),
                    %(now)s - make_interval(secs => 3600 * (1 - i::float8 / %(pending)s)),
-                   NULL, NULL, NULL, s.agent_id, s.id, s.platform
+                   NULL, NULL, NULL, s.agent_id, s.id, s.platform, ''
             FROM generate_series(1, %(pending)s) i JOIN sessions s ON s.n = i %% %(sessions)s
             ORDER BY i""")
         run("respondent", """
