@@ -203,27 +203,33 @@ async def test_no_key_is_401_and_an_ungranted_user_403(present):
     assert await database_sync_to_async(Ask.objects.count)() == 0
 
 
-async def test_the_host_giving_up_withdraws_the_ask_everywhere(present):
-    _, key = present
-    raw = json.dumps(BASH).encode()
-    host = ApplicationCommunicator(application, _scope(SESSION_URL, key, raw))
+async def _given_up(path: str, key: str, event: dict) -> Ask:
+    """Post the hook's event, wait until its prompt is asked, then close the request as Claude
+    Code does when it stops waiting (Ctrl-C, its timeout); the ask once withdrawn."""
+    raw = json.dumps(event).encode()
+    host = ApplicationCommunicator(application, _scope(path, key, raw))
     await host.send_input({"type": "http.request", "body": raw, "more_body": False})
     ask = await _open_ask()
-    await host.send_input({"type": "http.disconnect"})  # Ctrl-C, its timeout, or answered in the terminal
-
+    await host.send_input({"type": "http.disconnect"})
     for _ in range(100):
-        await asyncio.sleep(0.05)
         ask = await database_sync_to_async(Ask.objects.get)(pk=ask.id)
         if ask.status != "pending":
             break
+        await asyncio.sleep(0.05)
+    await host.wait(timeout=5)
     assert (ask.status, ask.reason) == ("cancelled", "host_gone")
+    return ask
+
+
+async def test_the_host_giving_up_withdraws_the_ask_everywhere(present):
+    _, key = present
+    ask = await _given_up(SESSION_URL, key, BASH)
     assert ("withdraw", ask.id) in [(hook, ask_id) for hook, ask_id, _ in RecordingSurface.calls]
     # A late answer is refused as for any ended ask.
     late = await database_sync_to_async(services.ask_answer)(
         ask_id=ask.id, answers=[{"question": ask.questions[0]["question"], "selectedLabels": ["允许"],
                                  "customInput": None}], surface="web")
     assert not late.accepted
-    await host.wait(timeout=5)
 
 
 async def test_the_wait_ends_with_no_decision_just_before_the_hosts_timeout(present, monkeypatch):
@@ -461,19 +467,8 @@ async def test_on_feishu_a_late_click_on_a_withdrawn_prompt_is_told_it_expired_a
     from askcards.surfaces.feishu import cards
     from tests.feishu.integration import click, submit_value
 
-    raw = json.dumps(BASH).encode()
-    host = ApplicationCommunicator(application, _scope(FEISHU_URL, feishu, raw))
-    await host.send_input({"type": "http.request", "body": raw, "more_body": False})
-    ask = await _open_ask()
+    ask = await _given_up(FEISHU_URL, feishu, BASH)
     assert ask.surfaces == ["feishu"]
-    await host.send_input({"type": "http.disconnect"})  # Ctrl-C, its timeout, or answered in the terminal
-    for _ in range(100):
-        await asyncio.sleep(0.05)
-        ask = await database_sync_to_async(Ask.objects.get)(pk=ask.id)
-        if ask.status != "pending":
-            break
-    assert (ask.status, ask.reason) == ("cancelled", "host_gone")
-    await host.wait(timeout=5)
 
     bot = await database_sync_to_async(lambda: ask.session.bot)()
     late = await database_sync_to_async(click)(bot, operator="ou_alice", value=submit_value(ask),

@@ -8,7 +8,6 @@ and the DingTalk card (as the fake DingTalk server holds it after the card sync)
 words are tested in a real browser (tests/e2e/test_panel_browser.py); a real ``serve`` with the
 real Claude Code CLI giving up on a Feishu card in tests/hosts/test_claude_code_askcards.py, and a
 closed hook request on a DingTalk card in tests/hosts/test_withdrawn_e2e.py."""
-import asyncio
 import json
 
 import pytest
@@ -20,7 +19,7 @@ from askcards.models import Ask, CardMessage, ProgressCard
 from askcards.surfaces.feishu import surface as feishu_surface
 from project.asgi import application
 from tests.conftest import QUESTIONS, answer_for, grant_bot
-from tests.hosts.test_claude_code_hook import BASH, _open_ask, _scope
+from tests.hosts.test_claude_code_hook import BASH, _given_up, _open_ask, _scope
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
@@ -28,24 +27,8 @@ HOST_GONE = "智能体已停止等待。"
 HOST_HANDLED = "已在终端处理。"
 CALLER_GONE = "智能体已断开，不再等待这个回答。"
 FEISHU_URL = "/hooks/claude-code?session=feishu-cli_host-private-ou_alice&bot=cli_host"
-
-
-async def _given_up(path: str, key: str, event: dict) -> Ask:
-    """Post the hook's event, wait until its prompt is asked, then close the request as Claude
-    Code does when it stops waiting; the ask once withdrawn."""
-    raw = json.dumps(event).encode()
-    host = ApplicationCommunicator(application, _scope(path, key, raw))
-    await host.send_input({"type": "http.request", "body": raw, "more_body": False})
-    ask = await _open_ask()
-    await host.send_input({"type": "http.disconnect"})
-    for _ in range(100):
-        ask = await database_sync_to_async(Ask.objects.get)(pk=ask.id)
-        if ask.status != "pending":
-            break
-        await asyncio.sleep(0.05)
-    await host.wait(timeout=5)
-    assert (ask.status, ask.reason) == ("cancelled", "host_gone")
-    return ask
+DINGTALK_URL = ("/hooks/claude-code?session=dingtalk%2Fdm%2Fstaff_a&platform=dingtalk&chat_type=p2p&user_id=staff_a"
+                "&bot={app_id}")
 
 
 async def _settled_in_the_terminal(path: str, key: str, event: dict) -> Ask:
@@ -203,9 +186,7 @@ def _dingtalk_card(fake, ask):
 @pytest.mark.asyncio
 async def test_on_a_dingtalk_card_a_prompt_the_host_gave_up_on_says_why(dingtalk):
     _, key, bot, fake = dingtalk
-    path = (f"/hooks/claude-code?session=dingtalk%2Fdm%2Fstaff_a&platform=dingtalk&chat_type=p2p&user_id=staff_a"
-            f"&bot={bot.app_id}")
-    ask = await _given_up(path, key, BASH)
+    ask = await _given_up(DINGTALK_URL.format(app_id=bot.app_id), key, BASH)
 
     params = await database_sync_to_async(_dingtalk_card)(fake, ask)
     assert (params["card_status"], params["question_desc"], params["form_btn_text"]) == ("expired", HOST_GONE, "已失效")
@@ -214,9 +195,7 @@ async def test_on_a_dingtalk_card_a_prompt_the_host_gave_up_on_says_why(dingtalk
 @pytest.mark.asyncio
 async def test_on_a_dingtalk_card_a_prompt_settled_in_the_terminal_says_so(dingtalk):
     _, key, bot, fake = dingtalk
-    path = (f"/hooks/claude-code?session=dingtalk%2Fdm%2Fstaff_a&platform=dingtalk&chat_type=p2p&user_id=staff_a"
-            f"&bot={bot.app_id}")
-    ask = await _settled_in_the_terminal(path, key, BASH)
+    ask = await _settled_in_the_terminal(DINGTALK_URL.format(app_id=bot.app_id), key, BASH)
 
     params = await database_sync_to_async(_dingtalk_card)(fake, ask)
     assert (params["card_status"], params["question_desc"], params["form_btn_text"]) == (
