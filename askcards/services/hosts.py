@@ -126,9 +126,12 @@ def host_progress(*, session: Session, sender_id: str, progress: Progress) -> No
     timeout): a tool that ran had its permission given, and a turn that ended left its prompts
     denied; those asks are withdrawn now (``host_handled``)."""
     if progress.settled is not None:
-        _settle(session, *progress.settled)
+        host_session, tool_name, tool_input = progress.settled
+        _settled_in_the_terminal(session, host_session, "its tool runs (permission given in the host's terminal)",
+                                 tool_use=(tool_name, tool_input))
     if progress.status == ProgressCard.Status.COMPLETED:
-        _turn_ended(session, progress.host_session)
+        # Its prompts still open were denied in the terminal (no tool ran).
+        _settled_in_the_terminal(session, progress.host_session, "its host session's turn ended")
     if session.platform != Session.Platform.FEISHU or session.bot is None:
         return
     if progress.status != ProgressCard.Status.RUNNING and not _card_running(session):
@@ -140,31 +143,23 @@ def host_progress(*, session: Session, sender_id: str, progress: Progress) -> No
                  sender_id=sender_id)
 
 
-def _turn_ended(session: Session, host_session: str) -> None:
-    """A host session's turn ended: its own prompts still open on this askcards session were
-    settled in its terminal (denied there, so no tool ran) and are withdrawn (``host_handled``),
-    on every platform. Another Claude Code session's prompts sharing the session URL, and an
-    agent's own asks, stay."""
-    mine = AskEvent.objects.filter(
-        kind=AskEvent.Kind.CREATED, ask__session=session, ask__status__in=Ask.OPEN,
-        detail__host__session_id=host_session,
-    ).select_related("ask", "ask__session", "ask__agent")
-    for row in mine:
-        if ask_cancel(ask=row.ask, reason=Ask.Reason.HOST_HANDLED, actor="system"):
-            logger.info("ask %s withdrawn: its host session's turn ended", row.ask_id)
-
-
-def _settle(session: Session, host_session: str, tool_name: str, tool_input: str) -> None:
-    """Withdraw the session's open prompts about this very tool use (same host session, tool and
-    input as their audit row recorded)."""
+def _settled_in_the_terminal(session: Session, host_session: str, why: str, *,
+                             tool_use: tuple[str, str] | None = None) -> None:
+    """Withdraw (``host_handled``) the open prompts of this host session on this askcards session
+    that were settled in its terminal: those about one tool use (``tool_use``: the tool's name and
+    input, as their audit row recorded them), or all of them. Another Claude Code session's
+    prompts sharing the session URL, and an agent's own asks, stay."""
     created = AskEvent.objects.filter(
         kind=AskEvent.Kind.CREATED, ask__session=session, ask__status__in=Ask.OPEN,
-        detail__host__session_id=host_session, detail__host__tool_name=tool_name,
-    ).select_related("ask", "ask__session", "ask__agent")
-    for row in created:
-        if row.detail.get("host", {}).get("tool_input") == tool_input and ask_cancel(
-                ask=row.ask, reason=Ask.Reason.HOST_HANDLED, actor="system"):
-            logger.info("ask %s withdrawn: its tool runs (permission given in the host's terminal)", row.ask_id)
+        detail__host__session_id=host_session,
+    )
+    if tool_use is not None:
+        created = created.filter(detail__host__tool_name=tool_use[0])
+    for row in created.select_related("ask", "ask__session", "ask__agent"):
+        if tool_use is not None and row.detail.get("host", {}).get("tool_input") != tool_use[1]:
+            continue
+        if ask_cancel(ask=row.ask, reason=Ask.Reason.HOST_HANDLED, actor="system"):
+            logger.info("ask %s withdrawn: %s", row.ask_id, why)
 
 
 def _card_running(session: Session) -> bool:
